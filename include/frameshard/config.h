@@ -1,0 +1,87 @@
+// File: frameshard/config.h
+//
+// The YAML configuration, in the schema of NeMo Automodel's frame sharding
+// plus our own keys (marked *):
+//
+//   distributed:
+//     cp_size: 2
+//     dp_size: 1            # * used by mesh helpers
+//     tp_size: 1            # *
+//     multimodal:
+//       vision:
+//         frame_sharding:
+//           enabled: true
+//           mesh_dims: [cp]
+//           min_tokens: 2048
+//           min_frames: 32
+//           min_local_patch_rows: 96
+//           cost_alpha: auto    # or n >= 0, a tower preset, "automodel",
+//                               # "automodel:<preset>", "quadratic:a,b,c"
+//           partitioner: optimal  # * optimal | greedy | count | lpt
+//           tower: qwen3-vl       # * tower whose FLOPs "auto" counts
+//
+// Every error names the full key path, what was expected and what was given:
+//   frameshard::config: distributed.multimodal.vision.frame_sharding.min_tokens:
+//   expected a non-negative integer, got true
+// Unknown keys, booleans where integers belong, negatives, mesh_dims other
+// than [cp], and the flat legacy key distributed.cp_vision_frame_sharding are
+// rejected.
+//
+// Usage:
+//   auto cfg = frameshard::load_config("train.yaml");
+//   frameshard::apply_override(
+//       cfg, "distributed.multimodal.vision.frame_sharding.enabled", "false");
+//   frameshard::PlanOptions o = frameshard::plan_options(cfg);
+#pragma once
+
+#include <frameshard/plan.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+
+/// Prefix of every frame-sharding key.
+inline constexpr const char* kFrameShardingPath =
+    "distributed.multimodal.vision.frame_sharding";
+
+struct FrameShardingConfig {
+  bool enabled = false;
+  std::vector<std::string> mesh_dims{"cp"};
+  int64_t min_tokens = 2048;
+  int64_t min_frames = 32;
+  int64_t min_local_patch_rows = 96;
+  std::string cost_alpha = "auto";
+  std::string partitioner = "optimal";
+  std::string tower = "qwen3-vl";
+};
+
+struct Config {
+  int64_t cp_size = 1;
+  int64_t dp_size = 1;
+  int64_t tp_size = 1;
+  FrameShardingConfig frame_sharding;
+};
+
+/// Parses YAML text; `source` names it in errors (a file name).
+Config parse_config(const std::string& yaml, const std::string& source = "");
+/// Reads and parses a YAML file; a missing or unreadable file is an error.
+Config load_config(const std::string& path);
+/// Applies one dotted override, e.g.
+/// ("distributed.multimodal.vision.frame_sharding.enabled", "false"). The
+/// value is parsed as YAML ("[cp]", "96", "auto") and validated like the file.
+void apply_override(
+    Config& config,
+    const std::string& dotted_key,
+    const std::string& value);
+/// Validates cross-field rules (cp_size >= 1, known partitioner, parseable
+/// cost_alpha, known tower); parse_config and apply_override call it.
+void validate(const Config& config);
+/// Renders the config back to YAML (round-trips through parse_config).
+std::string to_yaml(const Config& config);
+
+/// The plan options the config describes (world = cp_size).
+PlanOptions plan_options(const Config& config);
+
+}  // namespace frameshard

@@ -1,0 +1,100 @@
+// File: frameshard/cost.h
+//
+// The cost model: how much vision-tower work one frame unit of p patch rows
+// costs, in arbitrary but consistent units. The default shape is
+//
+//   cost(p) = a*p^2 + b*p + c + window_coef * p * min(p, window)
+//
+// With a = 1, c = 0 and no window term this is the familiar p * (p + alpha).
+// `alpha` by FLOP count (flop_cost_model), per transformer layer of width d
+// and MLP width f, counting multiply-adds of one frame of p patches:
+//   QKV + output projections  4*p*d^2
+//   MLP                      2*p*d*f (plain) or 3*p*d*f (gated, SwiGLU)
+//   attention (QK^T and AV)   2*p^2*d (full) or 2*p*min(p, window)*d
+// Summed over the tower's layers and divided by 2*d*L_full (L_full = layers
+// with full attention) this is
+//   a = 1, b = depth * (2d + f) / L_full          (plain MLP)
+//          depth * (2d + 1.5 f) / L_full          (gated MLP)
+//   window_coef = L_window / L_full, window = window patches.
+// Patch embedding and the merger are not counted (< 3 % of block work for
+// every preset). Qwen3-VL (d 1152, f 4304, plain): alpha = 6608.
+// NeMo Automodel uses alpha = 3 * d (3456 for Qwen3-VL), which undercounts
+// the linear work about 1.9x; it stays available as "automodel" for A/B.
+// A calibrated a*p^2 + b*p + c fitted from timings is accepted too.
+//
+// Usage:
+//   auto cm = frameshard::parse_cost_alpha("auto");        // Qwen3-VL FLOPs
+//   auto cm2 = frameshard::parse_cost_alpha("qwen2.5-vl");  // window-aware
+//   double c = cm(1024);
+//
+// Pure functions, thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+
+/// Vision-tower dimensions the FLOP count needs (Hugging Face field names in
+/// comments).
+struct TowerDims {
+  std::string name;
+  int64_t depth = 0;         // depth
+  int64_t hidden = 0;        // hidden_size / embed_dim
+  int64_t intermediate = 0;  // intermediate_size (mlp_ratio * embed_dim)
+  bool gated_mlp = false;    // SwiGLU (Qwen2.5-VL) vs plain GELU MLP
+  // Window attention (Qwen2.5-VL): window size in pre-merge patches
+  // ((window_size / patch_size)^2) and the layers that keep full attention.
+  // window_patches == 0 means every layer attends over the whole frame.
+  int64_t window_patches = 0;
+  std::vector<int64_t> full_attention_layers;
+
+  int64_t full_layers() const;    // layers with full attention
+  int64_t window_layers() const;  // depth - full_layers()
+};
+
+/// Named presets: "qwen2-vl", "qwen2.5-vl", "qwen3-vl" (8B/32B/30B-A3B/235B),
+/// "qwen3-vl-small" (2B/4B), "qwen3.5". Throws frameshard::Error listing the
+/// names for an unknown one.
+const TowerDims& tower_preset(const std::string& name);
+std::vector<std::string> tower_preset_names();
+
+/// cost(p) = a*p^2 + b*p + c + window_coef * p * min(p, window).
+struct CostModel {
+  double a = 1.0;
+  double b = 0.0;
+  double c = 0.0;
+  double window_coef = 0.0;
+  int64_t window = 0;
+  std::string label = "alpha=0";  // how it was chosen, for reports
+
+  double operator()(int64_t patch_rows) const;
+  /// b + window_coef * window: the alpha of large frames (p >= window).
+  double effective_alpha() const;
+
+  /// p * (p + alpha).
+  static CostModel from_alpha(double alpha);
+  /// A calibrated quadratic, e.g. fitted from timed warmup steps.
+  static CostModel quadratic(double a, double b, double c);
+};
+
+/// FLOP-derived model of a tower (formula in the banner).
+CostModel flop_cost_model(const TowerDims& tower);
+/// Automodel's rule: alpha = 3 * hidden.
+CostModel automodel_cost_model(const TowerDims& tower);
+
+/// Parses a cost_alpha spec:
+///   "auto"               FLOP model of `auto_tower`
+///   "<n>"                alpha = n (non-negative integer)
+///   "<preset>"           FLOP model of that tower preset
+///   "automodel"          3 * hidden of `auto_tower`
+///   "automodel:<preset>" 3 * hidden of that preset
+///   "quadratic:a,b,c"    a calibrated a*p^2 + b*p + c (a, b, c >= 0)
+/// Throws frameshard::Error naming `field` for anything else.
+CostModel parse_cost_alpha(
+    const std::string& spec,
+    const std::string& auto_tower = "qwen3-vl",
+    const char* field = "cost_alpha");
+
+}  // namespace frameshard

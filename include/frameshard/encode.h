@@ -1,0 +1,100 @@
+// File: frameshard/encode.h
+//
+// Sharded encode: run the vision tower (and its projector/merger) once per
+// rank on that rank's frames only, then gather every output back in the
+// original order. Callers never branch: when the policy says replicated,
+// sharding is disabled, or cp_size == 1, the same call runs the tower on
+// everything and returns its outputs.
+//
+// Steps (all ranks, same metadata => same plan, no communication to plan):
+//   1. plan from grid_thw (frameshard::make_plan);
+//   2. slice the local pixel rows, append floor and dummy zero frames;
+//   3. run the tower on (local pixel rows, local grid_thw, local cu_seqlens);
+//   4. check each output's row count against the plan; drop floor and dummy
+//      rows BEFORE any collective;
+//   5. consensus: exchange plan fingerprint, local row counts, dtype, feature
+//      widths, requires-grad and any local error; a disagreement or a failure
+//      on any rank raises the same error on every rank (no hang);
+//   6. gather all outputs in ONE collective, fused along the feature dim,
+//      restore the original order (lpt), split back into the outputs.
+//
+// The tower is anything callable on a TowerInput returning one or more
+// [rows, hidden_i] tensors of one dtype (e.g. embeddings and DeepStack
+// features); rows are merged tokens (local_tokens of the plan).
+//
+// Gradient scope: the gather's backward sums gradients over the group. A
+// trainable tower sharded over a group wider than CP (e.g. CP x TP, where the
+// tower is replicated) would count its gradients several times: encode
+// raises unless the tower is frozen (group_spans_only_cp = false requires
+// tower_trainable = false).
+//
+// Usage:
+//   frameshard::EncodeOptions o;
+//   o.plan = frameshard::plan_options(cfg);  // o.plan.world == cp_size
+//   auto res = frameshard::encode(
+//       [&](const frameshard::TowerInput& in) {
+//         return std::vector<at::Tensor>{tower->forward(in)};
+//       },
+//       pixel_values, grid_thw, cp_group, o);
+//   at::Tensor embeds = res.outputs[0];  // [total_tokens, hidden]
+//
+// Collective: every rank of `group` must call encode with the same grid_thw
+// and options.
+#pragma once
+
+#include <frameshard/gather.h>
+#include <frameshard/plan.h>
+#include <frameshard/process_group.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <functional>
+#include <vector>
+
+namespace frameshard {
+
+/// What the tower receives: the local frames only.
+struct TowerInput {
+  at::Tensor pixel_values;  // [local_patch_rows, features], same dtype/device
+                            // as the global pixel_values
+  at::Tensor grid_thw;      // int64 [local grid rows, 3], same device as
+                            // pixel_values (Qwen towers index with it)
+  at::Tensor cu_seqlens;    // int32 [local frames + 1], one segment per frame
+};
+
+using VisionTower = std::function<std::vector<at::Tensor>(const TowerInput&)>;
+
+struct EncodeOptions {
+  /// plan.world is cp_size and must equal the group's size.
+  PlanOptions plan;
+  /// False when the group is wider than CP (e.g. CP x TP); allowed only for
+  /// a frozen tower.
+  bool group_spans_only_cp = true;
+  /// Whether the tower has trainable parameters (see has_trainable_parameters).
+  bool tower_trainable = true;
+  /// Timeout of the consensus and gather collectives; 0: group default.
+  std::chrono::milliseconds timeout{0};
+};
+
+struct EncodeResult {
+  /// One [total_tokens, hidden_i] tensor per tower output, original order.
+  std::vector<at::Tensor> outputs;
+  ShardPlan plan;
+  /// Payload bytes this rank sent in the forward gather (0 if replicated).
+  int64_t bytes_sent = 0;
+};
+
+/// Collective; see the banner. `pixel_values` is [sum(t*h*w), features];
+/// `grid_thw` is an integer [media, 3] tensor (any device).
+EncodeResult encode(
+    const VisionTower& tower,
+    const at::Tensor& pixel_values,
+    const at::Tensor& grid_thw,
+    const ProcessGroupPtr& group,
+    const EncodeOptions& options);
+
+/// Converts an integer [n, 3] tensor into grid rows (errors name the shape).
+std::vector<GridThw> grid_from_tensor(const at::Tensor& grid_thw);
+
+}  // namespace frameshard

@@ -1,0 +1,124 @@
+// File: frameshard/plan.h
+//
+// The shard plan: a value type every rank computes from the same metadata
+// (grid_thw, layout, options) without communicating. It says, per rank,
+// which frame units it encodes, what it feeds the tower (local grid rows,
+// pixel-row ranges, cu_seqlens, dummy and floor frames) and how many output
+// rows it contributes to the gather, plus the permutation that restores the
+// original order when the partition is not contiguous.
+//
+// Dummy frames: when 0 < units < world, each empty rank encodes one minimal
+// zero frame (1, merge, merge) -- merge^2 patch rows, one token -- never
+// merged with real media; its output is dropped before the gather.
+// Floor frames: a rank whose real patch rows are below min_local_patch_rows
+// appends ceil(missing / frame_rows) zero frames at the resolution of its
+// last real frame (one grid row (k, h, w)); their output is dropped before
+// the gather. Dummy-only ranks are never grown.
+//
+// Usage:
+//   frameshard::PlanOptions o;
+//   o.world = 4;
+//   o.policy.enabled = true;
+//   auto plan = frameshard::make_plan({{1, 64, 64}, {16, 16, 16}}, o);
+//   for (const auto& r : plan.ranks) { ... r.grid, r.pixel_ranges ... }
+//
+// Pure functions, thread-safe.
+#pragma once
+
+#include <frameshard/cost.h>
+#include <frameshard/frames.h>
+#include <frameshard/partition.h>
+#include <frameshard/policy.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+
+struct PlanOptions {
+  int64_t world = 1;  // cp_size: ranks the frames are spread over
+  Partitioner partitioner = Partitioner::kOptimal;
+  CostModel cost = flop_cost_model(tower_preset("qwen3-vl"));
+  int64_t min_local_patch_rows = 96;  // 0 turns floor padding off
+  MediaLayout layout;
+  PolicyOptions policy;
+};
+
+enum class PlanPath { kSharded, kReplicated };
+std::string to_string(PlanPath p);
+
+/// Half-open row range [begin, end).
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const {
+    return end - begin;
+  }
+  bool operator==(const RowRange& o) const {
+    return begin == o.begin && end == o.end;
+  }
+};
+
+/// Floor frames and dummy frames appended to a rank's real frames.
+/// ceil(missing / frame_rows), 0 when local_rows >= floor, floor == 0 or
+/// frame_rows == 0. (4, 4, 96) -> 23; (8, 4, 96) -> 22; (92, 4, 96) -> 1.
+int64_t floor_pad_frames(
+    int64_t local_patch_rows,
+    int64_t frame_rows,
+    int64_t min_local_patch_rows);
+
+struct RankShard {
+  int64_t rank = 0;
+  /// Indices into ShardPlan::frames.units, ascending.
+  std::vector<int64_t> units;
+  /// Local grid rows fed to the tower: real frames (consecutive units of one
+  /// media item merged into one (count, h, w) row), then the floor row
+  /// (pad_frames, h, w) if any, then the dummy row (1, merge, merge) if any.
+  std::vector<GridThw> grid;
+  /// Rows of the global pixel_values holding the real frames, in local
+  /// order; adjacent ranges are merged.
+  std::vector<RowRange> pixel_ranges;
+  /// Per-frame cumulative patch rows over all local frames (real, floor,
+  /// dummy): frames.size() + 1 entries starting at 0.
+  std::vector<int64_t> cu_seqlens;
+  int64_t real_patch_rows = 0;  // rows of real frames
+  int64_t real_tokens = 0;      // output rows kept and gathered
+  int64_t pad_frames = 0;       // floor frames appended
+  int64_t dummy_frames = 0;     // 0 or 1
+  int64_t local_patch_rows = 0;  // rows fed to the tower (real+pad+dummy)
+  int64_t local_tokens = 0;      // rows the tower returns (real+pad+dummy)
+  double cost = 0.0;             // cost of the real frames
+};
+
+struct ShardPlan {
+  PlanPath path = PlanPath::kReplicated;
+  std::string reason;
+  PlanOptions options;
+  FrameSet frames;
+  std::vector<double> unit_costs;
+  /// The partition for options.world, computed even on the replicated path
+  /// (reports show what sharding would have done).
+  Partition partition;
+  std::vector<RankShard> ranks;
+  /// Output rows each rank contributes to the gather (its real tokens), in
+  /// rank order; sums to frames.total_tokens.
+  std::vector<int64_t> gather_counts;
+  /// Empty when the gathered rows are already in the original order
+  /// (contiguous partitions). Otherwise output row i = gathered row
+  /// restore_rows[i] (size frames.total_tokens).
+  std::vector<int64_t> restore_rows;
+  /// 64-bit fingerprint over everything the ranks must agree on (path,
+  /// world, layout, units, assignment, per-rank grids, pads, dummies,
+  /// gather counts).
+  uint64_t fingerprint = 0;
+
+  bool sharded() const {
+    return path == PlanPath::kSharded;
+  }
+};
+
+/// Expands `grid`, costs the units, decides the path and partitions.
+ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts);
+
+}  // namespace frameshard

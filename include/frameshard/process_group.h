@@ -1,0 +1,116 @@
+// File: frameshard/process_group.h
+//
+// Creating the c10d process groups the runtime runs on. The runtime itself
+// takes any c10::intrusive_ptr<c10d::ProcessGroup> (built here, or handed in
+// from Python); these helpers cover the common cases:
+//   * Gloo over a given store, a file store, or the torchrun environment
+//     (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT);
+//   * NCCL when built with FRAMESHARD_WITH_NCCL (a CUDA LibTorch);
+//   * splitting a world of DP x CP x TP ranks (row-major, dp outermost) into
+//     the groups that span `mesh_dims` (normally just "cp").
+//
+// Usage:
+//   auto pg = frameshard::make_file_store_group("/tmp/fs_store", rank, 2);
+//   // or, under torchrun:
+//   auto pg = frameshard::make_group_from_env();
+//   // CP groups of a dp=2, cp=2 world (4 ranks): {0,1} and {2,3}
+//   auto members = frameshard::mesh_group_ranks({2, 2, 1}, {"cp"}, rank);
+//   auto cp = frameshard::make_subgroup(store, rank, members, "cp");
+//
+// Collective: every group constructor is collective over the group's members
+// (they rendezvous through the store).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+
+using ProcessGroupPtr = c10::intrusive_ptr<c10d::ProcessGroup>;
+using StorePtr = c10::intrusive_ptr<c10d::Store>;
+
+struct GroupOptions {
+  /// Default timeout of every collective on the group; a peer that dies
+  /// becomes an error on the others within it.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  /// Interface Gloo binds to (loopback for single-machine runs).
+  std::string hostname = "127.0.0.1";
+  /// Gloo worker threads per group.
+  int threads = 2;
+};
+
+/// Gloo group of `size` ranks rendezvousing through `store`.
+ProcessGroupPtr make_gloo_group(
+    const StorePtr& store,
+    int rank,
+    int size,
+    const GroupOptions& options = {});
+
+/// Gloo group over a c10d::FileStore at `path` (shared file system).
+ProcessGroupPtr make_file_store_group(
+    const std::string& path,
+    int rank,
+    int size,
+    const GroupOptions& options = {});
+
+/// The torchrun environment, validated (missing or malformed variables are
+/// errors naming the variable).
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+LaunchEnv read_launch_env();
+
+/// Gloo group over a TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it).
+ProcessGroupPtr make_group_from_env(const GroupOptions& options = {});
+
+#ifdef FRAMESHARD_WITH_NCCL
+/// NCCL group (CUDA builds only).
+ProcessGroupPtr make_nccl_group(
+    const StorePtr& store,
+    int rank,
+    int size,
+    const GroupOptions& options = {});
+#endif
+
+/// World shape, row-major with dp outermost and tp innermost:
+/// global rank = (dp_index * cp + cp_index) * tp + tp_index.
+struct MeshShape {
+  int64_t dp = 1;
+  int64_t cp = 1;
+  int64_t tp = 1;
+  int64_t size() const {
+    return dp * cp * tp;
+  }
+};
+
+/// Global ranks of the group containing `global_rank` that spans
+/// `mesh_dims` (a subset of {"dp", "cp", "tp"}), ascending.
+std::vector<int> mesh_group_ranks(
+    const MeshShape& shape,
+    const std::vector<std::string>& mesh_dims,
+    int global_rank);
+
+/// Every such group of the world, each ascending, ordered by first member.
+std::vector<std::vector<int>> mesh_groups(
+    const MeshShape& shape,
+    const std::vector<std::string>& mesh_dims);
+
+/// Gloo subgroup of `members` (global ranks, containing `global_rank`) over
+/// a PrefixStore named by `tag` and the members. Collective over members.
+ProcessGroupPtr make_subgroup(
+    const StorePtr& store,
+    int global_rank,
+    const std::vector<int>& members,
+    const std::string& tag,
+    const GroupOptions& options = {});
+
+}  // namespace frameshard

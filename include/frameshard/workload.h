@@ -1,0 +1,54 @@
+// File: frameshard/workload.h
+//
+// Workloads for the command line, benchmarks and tests: a JSON file
+// {"grid_thw": [[t, h, w], ...], "spatial_merge_size": 2,
+//  "temporal_patch_size": 2} or a seeded synthetic preset drawn from the
+// token budgets of Qwen's processor. A preset is one microbatch of one CP
+// group (a pack of a few samples; tens to hundreds of frame units):
+//   doc    8 to 16 samples of one large image each, 2k to 65k patches
+//          (log-uniform)
+//   multi  8 samples of 2 to 8 images of 1k to 5k patches (log-uniform)
+//   video  1 or 2 videos of 16 to 768 frames (t = frames / 2), 512 to 3072
+//          patches per temporal unit, within Qwen's total video budget
+//   mixed  1 or 2 huge images (8k to 16k patches) at random positions
+//          among 128 to 512 small frames (256 to 1,024 patches) that come as
+//          short videos (2 to 16 units) and single images
+// Image aspect ratios w/h are drawn in [0.5, 2] (rounding to whole merge
+// cells can stretch small images slightly). Every generated h and w is a
+// multiple of the merge size. The same
+// (name, seed) gives the same workload on every machine (own PRNG, no
+// std::distribution).
+//
+// Usage:
+//   auto wl = frameshard::preset_workload("mixed", 7);
+//   auto wl2 = frameshard::load_workload("batch.json");
+//   auto plan = frameshard::make_plan(wl.grid, opts);
+//
+// Pure functions, thread-safe.
+#pragma once
+
+#include <frameshard/frames.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+
+struct Workload {
+  std::string name;  // preset name or file path
+  std::vector<GridThw> grid;
+  MediaLayout layout;
+};
+
+std::vector<std::string> workload_preset_names();
+/// Throws frameshard::Error listing the presets for an unknown name.
+Workload preset_workload(const std::string& name, uint64_t seed = 0);
+/// Parses JSON text; errors name the field, expected and actual value.
+Workload parse_workload(const std::string& json, const std::string& source = "");
+/// Reads a JSON file (see parse_workload).
+Workload load_workload(const std::string& path);
+/// JSON text of a workload (round-trips through parse_workload).
+std::string to_json(const Workload& workload);
+
+}  // namespace frameshard

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian bookworm packages frameshard builds and tests with.
+# Idempotent: skips apt entirely when everything is already installed.
+set -euo pipefail
+pkgs=(
+  build-essential cmake ccache clang-format
+  libtorch-dev libgloo-dev python3-torch pybind11-dev
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,435 @@
+// Workloads: JSON files and seeded synthetic presets.
+//
+// The presets model one microbatch of one CP group (a packed sequence of a
+// few samples), sized after Qwen's processor budgets:
+//   doc    8 to 16 samples, one image each, 2,048 to 65,536 patches
+//          (log-uniform, as InfoVQA-style documents span that range)
+//   multi  8 samples of 2 to 8 images, 1,024 to 5,120 patches each
+//          (log-uniform; Mantis-style interleaved images)
+//   video  1 or 2 videos of 16 to 768 frames (log-uniform, even), one
+//          temporal unit per 2 frames, 512 to 3,072 patches per unit,
+//          capped by Qwen's total video budget (VIDEO_TOTAL_PIXELS =
+//          128000*28^2*0.9 shared by the frames, about 460,800 patches per
+//          video, never below 1.05 * VIDEO_MIN_PIXELS = 537 patches a unit)
+//   mixed  1 or 2 huge images (8,192 to 16,384 patches, i.e. about 1.3k to
+//          1.8k pixels square) placed at random positions among 128 to 512
+//          small frames (256 to 1,024 patches: 224^2 to 448^2 video frames),
+//          which come as short videos (2 to 16 units) and single images.
+//          Sized so no single image exceeds a rank's fair share at cp 4: the
+//          case where the cost model and the partitioner decide the balance
+// Image shapes draw an aspect ratio w/h log-uniform in [0.5, 2] and round
+// to multiples of the merge size; the realized patch count stays inside the
+// preset's range. Everything uses integer arithmetic on a splitmix64 stream
+// (no libm, no std::*_distribution), so every platform draws the same
+// grids.
+#include <frameshard/workload.h>
+
+#include <frameshard/error.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace frameshard {
+namespace {
+
+// ------------------------------------------------------------- PRNG
+
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+
+  /// Uniform in [0, n) (n >= 1); rejection keeps it unbiased.
+  uint64_t below(uint64_t n) {
+    const uint64_t limit = std::numeric_limits<uint64_t>::max() -
+                           std::numeric_limits<uint64_t>::max() % n;
+    uint64_t x = next();
+    while (x >= limit) {
+      x = next();
+    }
+    return x % n;
+  }
+
+  /// Uniform in [lo, hi].
+  int64_t uniform(int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(below(static_cast<uint64_t>(hi - lo) + 1));
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// 2^(2^-i) in Q30 fixed point, i = 1..16.
+constexpr uint64_t kExp2Q30[16] = {
+    1518500250,
+    1276901417,
+    1170923762,
+    1121280436,
+    1097253708,
+    1085434106,
+    1079572136,
+    1076653033,
+    1075196443,
+    1074468888,
+    1074105294,
+    1073923544,
+    1073832680,
+    1073787251,
+    1073764537,
+    1073753181};
+
+/// 2^(f / 65536) in Q30 for f in [0, 65536): a product of the factors of
+/// the set bits of f, exact integer arithmetic.
+uint64_t exp2_frac_q30(uint64_t f) {
+  uint64_t r = uint64_t{1} << 30;
+  for (int i = 0; i < 16; ++i) {
+    if (f & (uint64_t{1} << (15 - i))) {
+      r = (r * kExp2Q30[i]) >> 30;
+    }
+  }
+  return r;
+}
+
+int64_t isqrt(int64_t n) {
+  if (n <= 0) {
+    return 0;
+  }
+  auto r = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
+  while (r * r > n) {
+    --r;
+  }
+  while ((r + 1) * (r + 1) <= n) {
+    ++r;
+  }
+  return r;
+}
+
+/// Log-uniform integer in [lo, hi] (1 <= lo <= hi): an exponent drawn
+/// uniformly on a 1/65536-octave grid over the smallest power-of-two range
+/// that covers [lo, hi], rejecting draws above hi.
+int64_t log_uniform(SplitMix64& rng, int64_t lo, int64_t hi) {
+  if (lo >= hi) {
+    return lo;
+  }
+  int octaves = 0;
+  while ((lo << octaves) < hi) {
+    ++octaves;
+  }
+  while (true) {
+    const uint64_t x = rng.below(static_cast<uint64_t>(octaves) << 16);
+    const auto v = static_cast<int64_t>(
+        (static_cast<uint64_t>(lo << (x >> 16)) * exp2_frac_q30(x & 0xffff)) >>
+        30);
+    if (v >= lo && v <= hi) {
+      return v;
+    }
+  }
+}
+
+/// (h, w) in patches, multiples of `merge`, about `patches` in total with
+/// an aspect ratio w/h log-uniform in [0.5, 2]; h*w stays in [lo, hi].
+std::pair<int64_t, int64_t> draw_shape(
+    SplitMix64& rng, int64_t patches, int64_t lo, int64_t hi, int64_t merge) {
+  const int64_t cell = merge * merge;
+  const int64_t tokens = std::max<int64_t>(1, patches / cell);
+  // aspect = 2^(e - 1), e uniform in [0, 2): Q30 value in [2^29, 2^31).
+  const uint64_t e = rng.below(uint64_t{2} << 16);
+  const uint64_t aspect_q30 =
+      (e >= (uint64_t{1} << 16) ? 2 * exp2_frac_q30(e - (uint64_t{1} << 16))
+                                : exp2_frac_q30(e)) >>
+      1;
+  // hm = round(sqrt(tokens / aspect)) in merged cells.
+  const int64_t twice = isqrt(
+      static_cast<int64_t>((static_cast<uint64_t>(tokens) << 32) / aspect_q30));
+  int64_t hm = std::max<int64_t>(1, (twice + 1) / 2);
+  int64_t wm = std::max<int64_t>(1, (tokens + hm / 2) / hm);
+  wm = std::min(wm, 2 * hm);
+  wm = std::max(wm, (hm + 1) / 2);
+  // Rounding can leave the range at its edges: nudge the width back in.
+  while (cell * hm * wm < lo) {
+    ++wm;
+  }
+  while (wm > 1 && cell * hm * wm > hi) {
+    --wm;
+  }
+  return {merge * hm, merge * wm};
+}
+
+uint64_t name_salt(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
+  for (unsigned char ch : name) {
+    h = (h ^ ch) * 0x100000001b3ULL;
+  }
+  return h;
+}
+
+Workload make_doc(SplitMix64& rng, const MediaLayout& layout) {
+  Workload wl;
+  const int64_t samples = rng.uniform(8, 16);
+  for (int64_t s = 0; s < samples; ++s) {
+    const int64_t p = log_uniform(rng, 2048, 65536);
+    const auto hw = draw_shape(rng, p, 2048, 65536, layout.spatial_merge_size);
+    wl.grid.push_back({1, hw.first, hw.second});
+  }
+  return wl;
+}
+
+Workload make_multi(SplitMix64& rng, const MediaLayout& layout) {
+  Workload wl;
+  for (int s = 0; s < 8; ++s) {
+    const int64_t images = rng.uniform(2, 8);
+    for (int64_t i = 0; i < images; ++i) {
+      const int64_t p = log_uniform(rng, 1024, 5120);
+      const auto hw = draw_shape(rng, p, 1024, 5120, layout.spatial_merge_size);
+      wl.grid.push_back({1, hw.first, hw.second});
+    }
+  }
+  return wl;
+}
+
+Workload make_video(SplitMix64& rng, const MediaLayout& layout) {
+  // Qwen's video budget in patches of 14x14 pixels.
+  constexpr int64_t kTotalPixels = 128000LL * 28 * 28 * 9 / 10;
+  constexpr int64_t kMinUnitPatches = 538;  // 1.05 * 128 * 28^2 / 14^2
+  Workload wl;
+  const int64_t videos = rng.uniform(1, 2);
+  for (int64_t v = 0; v < videos; ++v) {
+    const int64_t frames = 2 * log_uniform(rng, 8, 384);
+    const int64_t t = frames / layout.temporal_patch_size;
+    const int64_t budget = 2 * kTotalPixels / (frames * 196);
+    const int64_t cap =
+        std::max<int64_t>(std::min<int64_t>(3072, budget), kMinUnitPatches);
+    const int64_t p = log_uniform(rng, 512, cap);
+    const auto hw = draw_shape(rng, p, 512, cap, layout.spatial_merge_size);
+    wl.grid.push_back({t, hw.first, hw.second});
+  }
+  return wl;
+}
+
+Workload make_mixed(SplitMix64& rng, const MediaLayout& layout) {
+  const int64_t merge = layout.spatial_merge_size;
+  Workload wl;
+  const int64_t target = rng.uniform(128, 512);
+  int64_t small = 0;
+  while (small < target) {
+    const int64_t p = log_uniform(rng, 256, 1024);
+    const auto hw = draw_shape(rng, p, 256, 1024, merge);
+    int64_t t = 1;
+    if (rng.below(2) == 0) {  // a short video, else a single image
+      t = std::min(rng.uniform(2, 16), target - small);
+    }
+    wl.grid.push_back({t, hw.first, hw.second});
+    small += t;
+  }
+  const int64_t huge = rng.uniform(1, 2);
+  for (int64_t i = 0; i < huge; ++i) {
+    const int64_t p = log_uniform(rng, 8192, 16384);
+    const auto hw = draw_shape(rng, p, 8192, 16384, merge);
+    const auto pos = static_cast<std::ptrdiff_t>(rng.below(wl.grid.size() + 1));
+    wl.grid.insert(wl.grid.begin() + pos, GridThw{1, hw.first, hw.second});
+  }
+  return wl;
+}
+
+// ------------------------------------------------------------- JSON
+
+[[noreturn]] void workload_error(
+    const std::string& field,
+    const std::string& expected,
+    const std::string& got,
+    const std::string& source) {
+  detail::fail(
+      "workload",
+      field,
+      ": expected ",
+      expected,
+      ", got ",
+      got,
+      source.empty() ? "" : " (in " + source + ")");
+}
+
+// Each grid entry is at most 2^20 and a batch at most 2^40 patch rows, so
+// no product or sum overflows int64 downstream.
+constexpr int64_t kMaxEntry = int64_t{1} << 20;
+constexpr int64_t kMaxPatches = int64_t{1} << 40;
+
+int64_t read_entry(
+    const nlohmann::json& v,
+    const std::string& field,
+    const std::string& source) {
+  if (!v.is_number_integer()) {
+    workload_error(field, "an integer", v.dump(), source);
+  }
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(kMaxEntry)) {
+    workload_error(
+        field, "an integer <= " + std::to_string(kMaxEntry), v.dump(), source);
+  }
+  const auto x = v.get<int64_t>();
+  if (x > kMaxEntry) {
+    workload_error(
+        field, "an integer <= " + std::to_string(kMaxEntry), v.dump(), source);
+  }
+  return x;
+}
+
+}  // namespace
+
+std::vector<std::string> workload_preset_names() {
+  return {"doc", "multi", "video", "mixed"};
+}
+
+Workload preset_workload(const std::string& name, uint64_t seed) {
+  // The name salts the stream so presets with one seed are independent.
+  SplitMix64 rng(seed ^ name_salt(name));
+  const MediaLayout layout;
+  Workload wl;
+  if (name == "doc") {
+    wl = make_doc(rng, layout);
+  } else if (name == "multi") {
+    wl = make_multi(rng, layout);
+  } else if (name == "video") {
+    wl = make_video(rng, layout);
+  } else if (name == "mixed") {
+    wl = make_mixed(rng, layout);
+  } else {
+    std::string names;
+    for (const auto& n : workload_preset_names()) {
+      names += (names.empty() ? "" : ", ") + n;
+    }
+    detail::fail("preset_workload", "expected one of ", names, ", got ", name);
+  }
+  wl.name = name;
+  wl.layout = layout;
+  return wl;
+}
+
+Workload parse_workload(const std::string& json, const std::string& source) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::parse_error& e) {
+    workload_error("(document)", "valid JSON", e.what(), source);
+  }
+  if (!doc.is_object()) {
+    workload_error(
+        "(document)",
+        "a JSON object {\"grid_thw\": [[t, h, w], ...]}",
+        doc.dump(),
+        source);
+  }
+  Workload wl;
+  wl.name = source.empty() ? "workload" : source;
+  bool has_grid = false;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string& key = it.key();
+    const nlohmann::json& v = it.value();
+    if (key == "grid_thw") {
+      has_grid = true;
+      if (!v.is_array()) {
+        workload_error(key, "a list of [t, h, w] rows", v.dump(), source);
+      }
+      std::vector<std::vector<int64_t>> rows;
+      int64_t patches = 0;
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string row_field = "grid_thw[" + std::to_string(i) + "]";
+        if (!v[i].is_array()) {
+          workload_error(row_field, "a [t, h, w] row", v[i].dump(), source);
+        }
+        std::vector<int64_t> row;
+        for (std::size_t j = 0; j < v[i].size(); ++j) {
+          row.push_back(read_entry(
+              v[i][j], row_field + "[" + std::to_string(j) + "]", source));
+        }
+        if (row.size() == 3 && row[0] > 0 && row[1] > 0 && row[2] > 0) {
+          const int64_t p = row[0] * row[1] * row[2];
+          if (p > kMaxPatches || patches > kMaxPatches - p) {
+            workload_error(
+                row_field,
+                "at most " + std::to_string(kMaxPatches) +
+                    " patch rows in the batch",
+                v[i].dump(),
+                source);
+          }
+          patches += p;
+        }
+        rows.push_back(std::move(row));
+      }
+      try {
+        wl.grid = grid_from_rows(rows, "grid_thw");
+      } catch (const Error& e) {
+        throw Error(
+            std::string(e.what()) +
+            (source.empty() ? "" : " (in " + source + ")"));
+      }
+    } else if (key == "spatial_merge_size" || key == "temporal_patch_size") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 ||
+          v.get<int64_t>() > kMaxEntry) {
+        workload_error(key, "a positive integer", v.dump(), source);
+      }
+      (key == "spatial_merge_size" ? wl.layout.spatial_merge_size
+                                   : wl.layout.temporal_patch_size) =
+          v.get<int64_t>();
+    } else {
+      workload_error(
+          key,
+          "a known key (grid_thw, spatial_merge_size, temporal_patch_size)",
+          "unknown key " + key,
+          source);
+    }
+  }
+  if (!has_grid) {
+    workload_error(
+        "grid_thw", "a non-empty list of [t, h, w] rows", "nothing", source);
+  }
+  // Rejects non-positive sizes and h, w not divisible by the merge size.
+  try {
+    expand_frames(wl.grid, wl.layout);
+  } catch (const Error& e) {
+    throw Error(
+        std::string(e.what()) + (source.empty() ? "" : " (in " + source + ")"));
+  }
+  return wl;
+}
+
+Workload load_workload(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  FRAMESHARD_CHECK(
+      in.good(),
+      "load_workload",
+      "expected a readable JSON file, got ",
+      path,
+      " (missing or unreadable)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_workload(text.str(), path);
+}
+
+std::string to_json(const Workload& workload) {
+  // One grid row per line keeps hand-edited files readable.
+  std::ostringstream os;
+  os << "{\n  \"grid_thw\": [";
+  for (std::size_t i = 0; i < workload.grid.size(); ++i) {
+    const GridThw& g = workload.grid[i];
+    os << (i ? ",\n" : "\n") << "    [" << g.t << ", " << g.h << ", " << g.w
+       << "]";
+  }
+  os << "\n  ],\n  \"spatial_merge_size\": "
+     << workload.layout.spatial_merge_size
+     << ",\n  \"temporal_patch_size\": " << workload.layout.temporal_patch_size
+     << "\n}\n";
+  return os.str();
+}
+
+}  // namespace frameshard

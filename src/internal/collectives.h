@@ -1,0 +1,42 @@
+// Internal: thin blocking wrappers over the c10d collectives the runtime
+// uses, with one place for timeouts and error wording. Defined in
+// src/runtime/gather.cpp.
+#pragma once
+
+#include <frameshard/process_group.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+namespace internal {
+
+/// "frameshard::<fn>: [rank r/W] ".
+std::string rank_prefix(const char* fn, const ProcessGroupPtr& group);
+
+/// alltoall_base(output, input, output_splits, input_splits), waited for.
+/// A timeout of 0 uses the group's default. Failures (a peer that exited,
+/// a timeout) raise c10::Error naming `fn`, the rank and the collective.
+void alltoall_rows(
+    const ProcessGroupPtr& group,
+    at::Tensor& output,
+    at::Tensor& input,
+    const std::vector<int64_t>& output_splits,
+    const std::vector<int64_t>& input_splits,
+    std::chrono::milliseconds timeout,
+    const char* fn);
+
+/// Equal-size all-gather of `input` (same shape and dtype on every rank);
+/// returns one tensor per rank, in rank order.
+std::vector<at::Tensor> allgather_equal(
+    const ProcessGroupPtr& group,
+    const at::Tensor& input,
+    std::chrono::milliseconds timeout,
+    const char* fn);
+
+}  // namespace internal
+}  // namespace frameshard

@@ -1,0 +1,348 @@
+// The unpadded variable-size all-gather and its reduce-scatter-v backward,
+// both built on alltoall_base with split sizes (the only variable-size
+// collective Gloo has in 1.13; on NCCL it is also a single, unpadded call).
+//
+// The payload travels as raw bytes ([rows, row_bytes] uint8): the collective
+// only moves data, so any dtype works (bfloat16, bool, complex) whether or
+// not the backend has a kernel for it, and trailing dims are flattened.
+
+#include <frameshard/gather.h>
+
+#include "internal/collectives.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <utility>
+
+namespace frameshard {
+namespace internal {
+
+std::string rank_prefix(const char* fn, const ProcessGroupPtr& group) {
+  return c10::str(
+      "frameshard::",
+      fn,
+      ": [rank ",
+      group->getRank(),
+      "/",
+      group->getSize(),
+      "] ");
+}
+
+namespace {
+
+c10::intrusive_ptr<c10d::Work> checked_call(
+    const ProcessGroupPtr& group,
+    const char* fn,
+    const char* what,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& call) {
+  std::string error;
+  try {
+    return call();
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  TORCH_CHECK(false, rank_prefix(fn, group), what, " could not start: ", error);
+  return {};
+}
+
+void wait_for(
+    const c10::intrusive_ptr<c10d::Work>& work,
+    const ProcessGroupPtr& group,
+    std::chrono::milliseconds timeout,
+    const char* fn,
+    const char* what) {
+  // Why both: Gloo bounds every transfer by the group's timeout; a shorter
+  // per-call timeout also bounds the wait here (the transfer itself then
+  // finishes or fails in Gloo's worker within the group timeout).
+  const char* hint =
+      " failed (a peer exited, raised before the collective, called a "
+      "different collective, or did not arrive within the timeout): ";
+  try {
+    if (timeout.count() > 0) {
+      work->wait(timeout);
+    } else {
+      work->wait();
+    }
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(
+        false, rank_prefix(fn, group), what, hint, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, rank_prefix(fn, group), what, hint, e.what());
+  }
+}
+
+std::chrono::milliseconds option_timeout(std::chrono::milliseconds t) {
+  return t.count() > 0 ? t : c10d::kUnsetTimeout;
+}
+
+}  // namespace
+
+void alltoall_rows(
+    const ProcessGroupPtr& group,
+    at::Tensor& output,
+    at::Tensor& input,
+    const std::vector<int64_t>& output_splits,
+    const std::vector<int64_t>& input_splits,
+    std::chrono::milliseconds timeout,
+    const char* fn) {
+  c10d::AllToAllOptions opts;
+  opts.timeout = option_timeout(timeout);
+  // alltoall_base takes non-const references to its split vectors.
+  std::vector<int64_t> out_splits = output_splits;
+  std::vector<int64_t> in_splits = input_splits;
+  auto work = checked_call(group, fn, "alltoall_base", [&] {
+    return group->alltoall_base(output, input, out_splits, in_splits, opts);
+  });
+  wait_for(work, group, timeout, fn, "alltoall_base");
+}
+
+std::vector<at::Tensor> allgather_equal(
+    const ProcessGroupPtr& group,
+    const at::Tensor& input,
+    std::chrono::milliseconds timeout,
+    const char* fn) {
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < group->getSize(); ++r) {
+    outputs[0].push_back(at::empty_like(input, at::MemoryFormat::Contiguous));
+  }
+  std::vector<at::Tensor> inputs{input.contiguous()};
+  c10d::AllgatherOptions opts;
+  opts.timeout = option_timeout(timeout);
+  auto work = checked_call(group, fn, "allgather", [&] {
+    return group->allgather(outputs, inputs, opts);
+  });
+  wait_for(work, group, timeout, fn, "allgather");
+  return outputs[0];
+}
+
+}  // namespace internal
+
+namespace {
+
+constexpr const char* kFn = "all_gather_rows";
+
+int64_t product(c10::IntArrayRef sizes) {
+  return std::accumulate(
+      sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+/// [rows, trailing...] of any dtype -> contiguous [rows, row_bytes] uint8.
+at::Tensor as_byte_rows(const at::Tensor& t) {
+  const int64_t rows = t.size(0);
+  const int64_t elems = product(t.sizes().slice(1));
+  at::Tensor flat = t.contiguous().reshape({rows, elems});
+  if (flat.scalar_type() == at::kByte) {
+    return flat;
+  }
+  if (flat.scalar_type() == at::kBool) {
+    // view(dtype) refuses bool; it is one byte per element as well.
+    return flat.to(at::kByte);
+  }
+  return flat.view(at::kByte);
+}
+
+/// Inverse of as_byte_rows: [rows, row_bytes] uint8 -> [rows, trailing...].
+at::Tensor from_byte_rows(
+    const at::Tensor& bytes, at::ScalarType dtype, c10::IntArrayRef trailing) {
+  std::vector<int64_t> sizes{bytes.size(0)};
+  sizes.insert(sizes.end(), trailing.begin(), trailing.end());
+  at::Tensor typed;
+  if (dtype == at::kByte) {
+    typed = bytes;
+  } else if (dtype == at::kBool) {
+    typed = bytes.to(at::kBool);
+  } else {
+    typed = bytes.view(dtype);
+  }
+  return typed.reshape(sizes);
+}
+
+/// Forward payload: each rank sends its rows once to every rank (itself
+/// included, a local copy) and receives counts[q] rows from rank q.
+at::Tensor gather_rows(
+    const at::Tensor& local,
+    const ProcessGroupPtr& group,
+    const std::vector<int64_t>& counts,
+    std::chrono::milliseconds timeout) {
+  const int64_t world = group->getSize();
+  const int64_t rows = local.size(0);
+  const int64_t total =
+      std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  at::Tensor bytes = as_byte_rows(local);
+  at::Tensor input = bytes.repeat({world, 1});
+  at::Tensor output = at::empty({total, bytes.size(1)}, bytes.options());
+  internal::alltoall_rows(
+      group,
+      output,
+      input,
+      counts,
+      std::vector<int64_t>(world, rows),
+      timeout,
+      kFn);
+  return from_byte_rows(output, local.scalar_type(), local.sizes().slice(1));
+}
+
+/// Backward payload: rank q sends the slice of its output gradient that
+/// belongs to rank r to rank r; each rank sums what it receives (a
+/// reduce-scatter-v, SUM, no scaling).
+at::Tensor reduce_scatter_rows(
+    const at::Tensor& grad,
+    const ProcessGroupPtr& group,
+    const std::vector<int64_t>& counts,
+    std::chrono::milliseconds timeout) {
+  const int64_t world = group->getSize();
+  const int64_t rows = counts[group->getRank()];
+  at::Tensor bytes = as_byte_rows(grad);
+  at::Tensor output = at::empty({world * rows, bytes.size(1)}, bytes.options());
+  internal::alltoall_rows(
+      group,
+      output,
+      bytes,
+      std::vector<int64_t>(world, rows),
+      counts,
+      timeout,
+      kFn);
+  std::vector<int64_t> sizes{world, rows};
+  auto trailing = grad.sizes().slice(1);
+  sizes.insert(sizes.end(), trailing.begin(), trailing.end());
+  return from_byte_rows(output, grad.scalar_type(), trailing)
+      .reshape(sizes)
+      .sum(0);
+}
+
+ProcessGroupPtr group_from_ivalue(const c10::IValue& v) {
+  auto holder = v.toCapsule();
+  auto* pg = dynamic_cast<c10d::ProcessGroup*>(holder.get());
+  TORCH_INTERNAL_ASSERT(pg != nullptr, "saved process group has wrong type");
+  return ProcessGroupPtr::unsafe_reclaim_from_nonowning(pg);
+}
+
+struct AllGatherRowsFunction
+    : public torch::autograd::Function<AllGatherRowsFunction> {
+  static at::Tensor forward(
+      torch::autograd::AutogradContext* ctx,
+      const at::Tensor& local,
+      const ProcessGroupPtr& group,
+      const std::vector<int64_t>& counts,
+      int64_t timeout_ms) {
+    ctx->saved_data["group"] = c10::IValue::make_capsule(group);
+    ctx->saved_data["counts"] = counts;
+    ctx->saved_data["timeout_ms"] = timeout_ms;
+    return gather_rows(
+        local, group, counts, std::chrono::milliseconds(timeout_ms));
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grads) {
+    auto group = group_from_ivalue(ctx->saved_data["group"]);
+    auto counts = ctx->saved_data["counts"].toIntVector();
+    const auto timeout =
+        std::chrono::milliseconds(ctx->saved_data["timeout_ms"].toInt());
+    // grads[0] is materialized (zeros) when the output was unused, so every
+    // rank whose graph reaches this node takes part in the collective.
+    at::Tensor g = reduce_scatter_rows(grads[0], group, counts, timeout);
+    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor all_gather_rows(
+    const at::Tensor& local,
+    const std::vector<int64_t>& counts,
+    const ProcessGroupPtr& group,
+    const GatherOptions& options) {
+  TORCH_CHECK(
+      group, "frameshard::all_gather_rows: expected a process group, got null");
+  const std::string prefix = internal::rank_prefix(kFn, group);
+  const int world = group->getSize();
+  const int rank = group->getRank();
+  TORCH_CHECK(local.defined(), prefix, "expected a defined tensor, got none");
+  TORCH_CHECK(
+      local.dim() >= 1,
+      prefix,
+      "expected a tensor with at least 1 dim, got ",
+      local.dim(),
+      " dims");
+  TORCH_CHECK(
+      counts.empty() || static_cast<int>(counts.size()) == world,
+      prefix,
+      "expected counts.size() == world size (",
+      world,
+      "), got ",
+      counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) {
+    TORCH_CHECK(
+        counts[r] >= 0,
+        prefix,
+        "expected counts[",
+        r,
+        "] >= 0, got ",
+        counts[r]);
+  }
+  TORCH_CHECK(
+      counts.empty() || counts[rank] == local.size(0),
+      prefix,
+      "expected local rows == counts[",
+      rank,
+      "] (",
+      counts.empty() ? 0 : counts[rank],
+      "), got ",
+      local.size(0));
+  if (world == 1) {
+    return local;
+  }
+
+  std::vector<int64_t> all_counts = counts;
+  if (all_counts.empty()) {
+    at::Tensor mine =
+        at::full({1}, local.size(0), local.options().dtype(at::kLong));
+    auto gathered =
+        internal::allgather_equal(group, mine, options.timeout, kFn);
+    for (const auto& c : gathered) {
+      all_counts.push_back(c.cpu().item<int64_t>());
+    }
+  }
+  return AllGatherRowsFunction::apply(
+      local, group, all_counts, static_cast<int64_t>(options.timeout.count()));
+}
+
+GatherTraffic gather_traffic(
+    const std::vector<int64_t>& counts, int64_t rank, int64_t row_bytes) {
+  const auto world = static_cast<int64_t>(counts.size());
+  TORCH_CHECK(
+      rank >= 0 && rank < world,
+      "frameshard::gather_traffic: expected rank in [0, ",
+      world,
+      "), got ",
+      rank);
+  TORCH_CHECK(
+      row_bytes >= 0,
+      "frameshard::gather_traffic: expected row_bytes >= 0, got ",
+      row_bytes);
+  int64_t largest = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    TORCH_CHECK(
+        counts[r] >= 0,
+        "frameshard::gather_traffic: expected counts[",
+        r,
+        "] >= 0, got ",
+        counts[r]);
+    largest = std::max(largest, counts[r]);
+  }
+  GatherTraffic t;
+  t.unpadded_bytes = counts[rank] * row_bytes * (world - 1);
+  t.padded_bytes = largest * row_bytes * (world - 1);
+  return t;
+}
+
+}  // namespace frameshard

@@ -1,0 +1,337 @@
+// Process-group construction (Gloo; NCCL behind FRAMESHARD_WITH_NCCL), the
+// torchrun environment, and the DP x CP x TP mesh arithmetic.
+
+#include <frameshard/process_group.h>
+
+#include <c10/util/Exception.h>
+#include <c10/util/Optional.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef FRAMESHARD_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+namespace frameshard {
+
+namespace {
+
+void check_rank_size(const char* fn, int rank, int size) {
+  TORCH_CHECK(
+      size >= 1, "frameshard::", fn, ": expected size >= 1, got ", size);
+  TORCH_CHECK(
+      rank >= 0 && rank < size,
+      "frameshard::",
+      fn,
+      ": expected rank in [0, ",
+      size,
+      "), got ",
+      rank);
+}
+
+void check_group_options(const char* fn, const GroupOptions& options) {
+  TORCH_CHECK(
+      options.timeout.count() > 0,
+      "frameshard::",
+      fn,
+      ": expected a positive timeout, got ",
+      options.timeout.count(),
+      " ms");
+  TORCH_CHECK(
+      options.threads >= 1,
+      "frameshard::",
+      fn,
+      ": expected threads >= 1, got ",
+      options.threads);
+}
+
+/// Reads an integer environment variable; nullopt when unset.
+c10::optional<int64_t> env_int(const char* name, bool required) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') {
+    TORCH_CHECK(
+        !required,
+        "frameshard::read_launch_env: expected environment "
+        "variable ",
+        name,
+        " to be set (torchrun sets it), got nothing");
+    return c10::nullopt;
+  }
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(raw, &end, 10);
+  TORCH_CHECK(
+      errno == 0 && end != raw && *end == '\0',
+      "frameshard::read_launch_env: "
+      "expected environment variable ",
+      name,
+      " to be an integer, got '",
+      raw,
+      "'");
+  return static_cast<int64_t>(value);
+}
+
+std::string join(const std::vector<int>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) {
+    os << (i ? "," : "") << v[i];
+  }
+  return os.str();
+}
+
+}  // namespace
+
+ProcessGroupPtr make_gloo_group(
+    const StorePtr& store, int rank, int size, const GroupOptions& options) {
+  TORCH_CHECK(store, "frameshard::make_gloo_group: expected a store, got null");
+  check_rank_size("make_gloo_group", rank, size);
+  check_group_options("make_gloo_group", options);
+  auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
+  opts->devices.push_back(
+      c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
+  opts->threads = options.threads;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+}
+
+ProcessGroupPtr make_file_store_group(
+    const std::string& path, int rank, int size, const GroupOptions& options) {
+  TORCH_CHECK(
+      !path.empty(),
+      "frameshard::make_file_store_group: expected a file path, got ''");
+  check_rank_size("make_file_store_group", rank, size);
+  StorePtr store = c10::make_intrusive<c10d::FileStore>(path, size);
+  store->setTimeout(options.timeout);
+  return make_gloo_group(store, rank, size, options);
+}
+
+LaunchEnv read_launch_env() {
+  LaunchEnv env;
+  const int64_t world = *env_int("WORLD_SIZE", true);
+  TORCH_CHECK(
+      world >= 1 && world <= (1 << 24),
+      "frameshard::read_launch_env: expected "
+      "WORLD_SIZE >= 1, got ",
+      world);
+  const int64_t rank = *env_int("RANK", true);
+  TORCH_CHECK(
+      rank >= 0 && rank < world,
+      "frameshard::read_launch_env: expected RANK in [0, WORLD_SIZE=",
+      world,
+      "), got ",
+      rank);
+  // LOCAL_RANK only matters for device selection; single-node launchers
+  // that omit it mean local rank == rank.
+  const auto local = env_int("LOCAL_RANK", false);
+  const int64_t local_rank = local ? *local : rank;
+  TORCH_CHECK(
+      local_rank >= 0 && local_rank < world,
+      "frameshard::read_launch_env: expected LOCAL_RANK in [0, WORLD_SIZE=",
+      world,
+      "), got ",
+      local_rank);
+  const char* addr = std::getenv("MASTER_ADDR");
+  TORCH_CHECK(
+      addr != nullptr && *addr != '\0',
+      "frameshard::read_launch_env: expected environment variable "
+      "MASTER_ADDR to be set (torchrun sets it), got nothing");
+  const int64_t port = *env_int("MASTER_PORT", true);
+  TORCH_CHECK(
+      port >= 1 && port <= 65535,
+      "frameshard::read_launch_env: expected MASTER_PORT in [1, 65535], got ",
+      port);
+  env.world_size = static_cast<int>(world);
+  env.rank = static_cast<int>(rank);
+  env.local_rank = static_cast<int>(local_rank);
+  env.master_addr = addr;
+  env.master_port = static_cast<int>(port);
+  return env;
+}
+
+ProcessGroupPtr make_group_from_env(const GroupOptions& options) {
+  check_group_options("make_group_from_env", options);
+  const LaunchEnv env = read_launch_env();
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = static_cast<std::size_t>(env.world_size);
+  so.waitWorkers = true;
+  so.timeout = options.timeout;
+  StorePtr store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  return make_gloo_group(store, env.rank, env.world_size, options);
+}
+
+#ifdef FRAMESHARD_WITH_NCCL
+ProcessGroupPtr make_nccl_group(
+    const StorePtr& store, int rank, int size, const GroupOptions& options) {
+  TORCH_CHECK(store, "frameshard::make_nccl_group: expected a store, got null");
+  check_rank_size("make_nccl_group", rank, size);
+  check_group_options("make_nccl_group", options);
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = options.timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+}
+#endif
+
+namespace {
+
+/// Which of dp, cp, tp the group spans (validated names, no duplicates).
+std::array<bool, 3> spanned_dims(
+    const std::vector<std::string>& mesh_dims, const char* fn) {
+  std::array<bool, 3> spans{false, false, false};
+  for (const auto& d : mesh_dims) {
+    int index = -1;
+    if (d == "dp") {
+      index = 0;
+    } else if (d == "cp") {
+      index = 1;
+    } else if (d == "tp") {
+      index = 2;
+    }
+    TORCH_CHECK(
+        index >= 0,
+        "frameshard::",
+        fn,
+        ": expected mesh_dims entries among dp, cp, tp, got '",
+        d,
+        "'");
+    TORCH_CHECK(
+        !spans[index],
+        "frameshard::",
+        fn,
+        ": expected mesh_dims without duplicates, got '",
+        d,
+        "' twice");
+    spans[index] = true;
+  }
+  return spans;
+}
+
+void check_shape(const MeshShape& shape, const char* fn) {
+  TORCH_CHECK(
+      shape.dp >= 1 && shape.cp >= 1 && shape.tp >= 1,
+      "frameshard::",
+      fn,
+      ": expected mesh sizes >= 1, got dp=",
+      shape.dp,
+      " cp=",
+      shape.cp,
+      " tp=",
+      shape.tp);
+  TORCH_CHECK(
+      shape.size() <= (int64_t{1} << 24),
+      "frameshard::",
+      fn,
+      ": expected a mesh of at most 2^24 ranks, got ",
+      shape.size());
+}
+
+}  // namespace
+
+std::vector<int> mesh_group_ranks(
+    const MeshShape& shape,
+    const std::vector<std::string>& mesh_dims,
+    int global_rank) {
+  const char* fn = "mesh_group_ranks";
+  check_shape(shape, fn);
+  const auto spans = spanned_dims(mesh_dims, fn);
+  TORCH_CHECK(
+      global_rank >= 0 && global_rank < shape.size(),
+      "frameshard::",
+      fn,
+      ": expected global_rank in [0, ",
+      shape.size(),
+      "), got ",
+      global_rank);
+  const int64_t sizes[3] = {shape.dp, shape.cp, shape.tp};
+  int64_t coord[3] = {
+      global_rank / (shape.cp * shape.tp),
+      (global_rank / shape.tp) % shape.cp,
+      global_rank % shape.tp};
+  // Row-major enumeration over the spanned dims (dp outermost) keeps the
+  // result ascending, since global rank is row-major in (dp, cp, tp).
+  const int64_t lo[3] = {
+      spans[0] ? 0 : coord[0],
+      spans[1] ? 0 : coord[1],
+      spans[2] ? 0 : coord[2]};
+  const int64_t hi[3] = {
+      spans[0] ? sizes[0] : coord[0] + 1,
+      spans[1] ? sizes[1] : coord[1] + 1,
+      spans[2] ? sizes[2] : coord[2] + 1};
+  std::vector<int> members;
+  for (int64_t d = lo[0]; d < hi[0]; ++d) {
+    for (int64_t c = lo[1]; c < hi[1]; ++c) {
+      for (int64_t t = lo[2]; t < hi[2]; ++t) {
+        members.push_back(static_cast<int>((d * shape.cp + c) * shape.tp + t));
+      }
+    }
+  }
+  return members;
+}
+
+std::vector<std::vector<int>> mesh_groups(
+    const MeshShape& shape, const std::vector<std::string>& mesh_dims) {
+  check_shape(shape, "mesh_groups");
+  spanned_dims(mesh_dims, "mesh_groups");
+  std::vector<std::vector<int>> groups;
+  for (int r = 0; r < shape.size(); ++r) {
+    auto members = mesh_group_ranks(shape, mesh_dims, r);
+    if (members.front() == r) {
+      groups.push_back(std::move(members));
+    }
+  }
+  return groups;
+}
+
+ProcessGroupPtr make_subgroup(
+    const StorePtr& store,
+    int global_rank,
+    const std::vector<int>& members,
+    const std::string& tag,
+    const GroupOptions& options) {
+  const char* fn = "make_subgroup";
+  TORCH_CHECK(store, "frameshard::", fn, ": expected a store, got null");
+  TORCH_CHECK(
+      !members.empty(),
+      "frameshard::",
+      fn,
+      ": expected at least one member, got none");
+  for (size_t i = 0; i < members.size(); ++i) {
+    TORCH_CHECK(
+        members[i] >= 0,
+        "frameshard::",
+        fn,
+        ": expected non-negative member ranks, got ",
+        members[i]);
+    TORCH_CHECK(
+        i == 0 || members[i] > members[i - 1],
+        "frameshard::",
+        fn,
+        ": expected ascending members without duplicates, got [",
+        join(members),
+        "]");
+  }
+  const auto it = std::find(members.begin(), members.end(), global_rank);
+  TORCH_CHECK(
+      it != members.end(),
+      "frameshard::",
+      fn,
+      ": expected global_rank ",
+      global_rank,
+      " among the members [",
+      join(members),
+      "]");
+  const int rank = static_cast<int>(it - members.begin());
+  StorePtr prefixed = c10::make_intrusive<c10d::PrefixStore>(
+      "frameshard/" + tag + "/" + join(members), store);
+  return make_gloo_group(
+      prefixed, rank, static_cast<int>(members.size()), options);
+}
+
+}  // namespace frameshard

@@ -1,0 +1,543 @@
+// The YAML config: schema, strict validation (prior-art.md section 1.1),
+// dotted overrides, round trip and plan options.
+#include <frameshard/config.h>
+#include <frameshard/error.h>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace frameshard {
+namespace {
+
+const std::string kFs = "distributed.multimodal.vision.frame_sharding";
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected frameshard::Error";
+  return "";
+}
+
+void expect_contains(const std::string& msg, const std::string& part) {
+  EXPECT_NE(msg.find(part), std::string::npos)
+      << "message: " << msg << "\nmissing: " << part;
+}
+
+// A document that sets one frame-sharding field to `value` (YAML text).
+std::string fs_doc(const std::string& field, const std::string& value) {
+  return "distributed:\n"
+         "  cp_size: 2\n"
+         "  multimodal:\n"
+         "    vision:\n"
+         "      frame_sharding:\n"
+         "        " +
+         field + ": " + value + "\n";
+}
+
+void expect_same(const Config& a, const Config& b) {
+  EXPECT_EQ(a.cp_size, b.cp_size);
+  EXPECT_EQ(a.dp_size, b.dp_size);
+  EXPECT_EQ(a.tp_size, b.tp_size);
+  const auto& x = a.frame_sharding;
+  const auto& y = b.frame_sharding;
+  EXPECT_EQ(x.enabled, y.enabled);
+  EXPECT_EQ(x.mesh_dims, y.mesh_dims);
+  EXPECT_EQ(x.min_tokens, y.min_tokens);
+  EXPECT_EQ(x.min_frames, y.min_frames);
+  EXPECT_EQ(x.min_local_patch_rows, y.min_local_patch_rows);
+  EXPECT_EQ(x.cost_alpha, y.cost_alpha);
+  EXPECT_EQ(x.partitioner, y.partitioner);
+  EXPECT_EQ(x.tower, y.tower);
+}
+
+// ---------------------------------------------------------------- defaults
+
+TEST(Config, EmptyAndNullDocumentsGiveDefaults) {
+  for (const std::string doc :
+       {"",
+        "~",
+        "null",
+        "# only a comment\n",
+        "distributed:\n",
+        "distributed:\n  multimodal:\n"}) {
+    SCOPED_TRACE(doc);
+    const Config c = parse_config(doc);
+    expect_same(c, Config{});
+  }
+  const Config d;
+  EXPECT_FALSE(d.frame_sharding.enabled);
+  EXPECT_EQ(d.frame_sharding.mesh_dims, std::vector<std::string>{"cp"});
+  EXPECT_EQ(d.frame_sharding.min_tokens, 2048);
+  EXPECT_EQ(d.frame_sharding.min_frames, 32);
+  EXPECT_EQ(d.frame_sharding.min_local_patch_rows, 96);
+  EXPECT_EQ(d.frame_sharding.cost_alpha, "auto");
+  EXPECT_EQ(d.frame_sharding.partitioner, "optimal");
+}
+
+TEST(Config, SeedExample) {
+  const Config c = parse_config(
+      "distributed:\n"
+      "  cp_size: 2\n"
+      "  multimodal:\n"
+      "    vision:\n"
+      "      frame_sharding:\n"
+      "        enabled: true\n"
+      "        mesh_dims: [cp]\n"
+      "        min_tokens: 2048\n"
+      "        min_frames: 32\n"
+      "        min_local_patch_rows: 96\n"
+      "        cost_alpha: auto\n");
+  EXPECT_EQ(c.cp_size, 2);
+  EXPECT_TRUE(c.frame_sharding.enabled);
+  EXPECT_EQ(c.frame_sharding.cost_alpha, "auto");
+}
+
+TEST(Config, AllFields) {
+  const Config c = parse_config(
+      "distributed:\n"
+      "  cp_size: 8\n"
+      "  dp_size: 3\n"
+      "  tp_size: 2\n"
+      "  multimodal:\n"
+      "    vision:\n"
+      "      frame_sharding:\n"
+      "        enabled: True\n"
+      "        mesh_dims:\n"
+      "          - cp\n"
+      "        min_tokens: 0\n"
+      "        min_frames: 7\n"
+      "        min_local_patch_rows: 0\n"
+      "        cost_alpha: 3456\n"
+      "        partitioner: lpt\n"
+      "        tower: qwen2.5-vl\n");
+  EXPECT_EQ(c.cp_size, 8);
+  EXPECT_EQ(c.dp_size, 3);
+  EXPECT_EQ(c.tp_size, 2);
+  EXPECT_TRUE(c.frame_sharding.enabled);
+  EXPECT_EQ(c.frame_sharding.min_tokens, 0);
+  EXPECT_EQ(c.frame_sharding.min_frames, 7);
+  EXPECT_EQ(c.frame_sharding.min_local_patch_rows, 0);
+  EXPECT_EQ(c.frame_sharding.cost_alpha, "3456");
+  EXPECT_EQ(c.frame_sharding.partitioner, "lpt");
+  EXPECT_EQ(c.frame_sharding.tower, "qwen2.5-vl");
+}
+
+TEST(Config, CostAlphaSpellings) {
+  const std::vector<std::pair<std::string, std::string>> ok = {
+      {"0", "0"},
+      {"6608", "6608"},
+      {"auto", "auto"},
+      {"\"auto\"", "auto"},
+      {"~", "auto"},  // Automodel's legacy None alias
+      {"", "auto"},
+      {"qwen2.5-vl", "qwen2.5-vl"},
+      {"automodel", "automodel"},
+      {"automodel:qwen2-vl", "automodel:qwen2-vl"},
+      {"\"quadratic:1,2.5,3\"", "quadratic:1,2.5,3"},
+  };
+  for (const auto& [yaml, stored] : ok) {
+    SCOPED_TRACE(yaml);
+    EXPECT_EQ(
+        parse_config(fs_doc("cost_alpha", yaml)).frame_sharding.cost_alpha,
+        stored);
+  }
+}
+
+// -------------------------------------------------------------- rejections
+
+struct Rejected {
+  std::string field;
+  std::string value;     // YAML text
+  std::string expected;  // part of "expected ..."
+  std::string got;       // the rendered value
+};
+
+TEST(Config, RejectsBadFieldValues) {
+  const std::string nonneg = "expected a non-negative integer";
+  const std::vector<Rejected> cases = {
+      {"enabled", "yes", "expected a bool (true or false)", "got yes"},
+      {"enabled", "1", "expected a bool", "got 1"},
+      {"enabled", "\"true\"", "expected a bool", "got \"true\""},
+      {"enabled", "[true]", "expected a bool", "got [true]"},
+      {"enabled", "", "expected a bool", "got null"},
+      {"mesh_dims", "cp", "expected a list of mesh-dimension names", "got cp"},
+      {"mesh_dims",
+       "\"cp\"",
+       "expected a list of mesh-dimension names",
+       "got \"cp\""},
+      {"mesh_dims",
+       "[cp, tp]",
+       "expected [cp] (only cp is supported)",
+       "got [cp, tp]"},
+      {"mesh_dims", "[tp]", "expected [cp] (only cp is supported)", "got [tp]"},
+      {"mesh_dims", "[]", "expected [cp] (only cp is supported)", "got []"},
+      {"cost_alpha",
+       "AUTO",
+       "expected a non-negative integer, auto",
+       "got AUTO"},
+      {"cost_alpha", "-1", "expected a non-negative integer, auto", "got -1"},
+      {"cost_alpha",
+       "true",
+       "expected a non-negative integer, auto",
+       "got true"},
+      {"cost_alpha", "1.5", "expected a non-negative integer, auto", "got 1.5"},
+      {"cost_alpha",
+       "\"96\"",
+       "expected a non-negative integer, auto",
+       "got \"96\""},
+      {"cost_alpha",
+       "automodel:nope",
+       "automodel:<preset>",
+       "got automodel:nope"},
+      {"cost_alpha", "quadratic:1,2", "quadratic:a,b,c", "got quadratic:1,2"},
+      {"cost_alpha", "[1]", "expected a non-negative integer", "got [1]"},
+      {"partitioner",
+       "best",
+       "expected one of optimal, greedy, count, lpt",
+       "got best"},
+      {"partitioner", "Optimal", "expected one of optimal", "got Optimal"},
+      {"partitioner", "{a: 1}", "expected one of optimal", "got {a: 1}"},
+      {"tower", "qwen4", "expected a tower preset (", "got qwen4"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.field + ": " + c.value);
+    const std::string msg =
+        error_of([&] { parse_config(fs_doc(c.field, c.value)); });
+    expect_contains(msg, "frameshard::config: " + kFs + "." + c.field + ": ");
+    expect_contains(msg, c.expected);
+    expect_contains(msg, c.got);
+  }
+}
+
+TEST(Config, RejectsBadIntegers) {
+  // prior-art.md 1.1: bools, floats, quoted strings and negatives.
+  for (const std::string field :
+       {"min_tokens", "min_frames", "min_local_patch_rows"}) {
+    for (const auto& [value, got] :
+         std::vector<std::pair<std::string, std::string>>{
+             {"true", "true"},
+             {"false", "false"},
+             {"1.5", "1.5"},
+             {"\"96\"", "\"96\""},
+             {"-1", "-1"},
+             {"1e3", "1e3"},
+             {"0x10", "0x10"},
+             {"99999999999999999999", "99999999999999999999"},
+             {"[96]", "[96]"},
+             {"", "null"}}) {
+      SCOPED_TRACE(field + ": " + value);
+      const std::string msg =
+          error_of([&] { parse_config(fs_doc(field, value)); });
+      EXPECT_EQ(
+          msg.substr(0, msg.find(" (in")),
+          "frameshard::config: " + kFs + "." + field +
+              ": expected a non-negative integer, got " + got);
+    }
+  }
+  for (const std::string field : {"cp_size", "dp_size", "tp_size"}) {
+    for (const std::string value : {"0", "-2", "true", "2.0", "\"4\""}) {
+      SCOPED_TRACE(field + ": " + value);
+      const std::string msg = error_of(
+          [&] { parse_config("distributed:\n  " + field + ": " + value); });
+      expect_contains(
+          msg,
+          "frameshard::config: distributed." + field +
+              ": expected a positive integer, got " + value);
+    }
+  }
+}
+
+TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
+  std::string msg = error_of([] { parse_config("model: qwen\n"); });
+  expect_contains(msg, "frameshard::config: model: expected a known key");
+  expect_contains(msg, "(distributed)");
+  expect_contains(msg, "got unknown key model");
+
+  msg = error_of([] { parse_config("distributed:\n  pp_size: 2\n"); });
+  expect_contains(msg, "frameshard::config: distributed.pp_size: ");
+  expect_contains(msg, "cp_size, dp_size, tp_size, multimodal");
+
+  msg = error_of([] { parse_config(fs_doc("min_token", "10")); });
+  expect_contains(msg, "frameshard::config: " + kFs + ".min_token: ");
+  expect_contains(
+      msg,
+      "(enabled, mesh_dims, min_tokens, min_frames, min_local_patch_rows, "
+      "cost_alpha, partitioner, tower)");
+
+  msg = error_of(
+      [] { parse_config("distributed:\n  multimodal:\n    audio: {}\n"); });
+  expect_contains(msg, "distributed.multimodal.audio: ");
+  expect_contains(msg, "(vision)");
+}
+
+TEST(Config, RejectsFlatLegacyKey) {
+  const std::string msg = error_of([] {
+    parse_config(
+        "distributed:\n"
+        "  cp_vision_frame_sharding:\n"
+        "    enabled: true\n");
+  });
+  expect_contains(
+      msg, "frameshard::config: distributed.cp_vision_frame_sharding: ");
+  expect_contains(msg, "expected the nested section " + kFs);
+  expect_contains(msg, "got the flat legacy key");
+}
+
+TEST(Config, RejectsNonMappings) {
+  expect_contains(
+      error_of([] { parse_config("distributed: 3\n"); }),
+      "frameshard::config: distributed: expected a mapping, got 3");
+  expect_contains(
+      error_of([] { parse_config("distributed: [cp]\n"); }),
+      "frameshard::config: distributed: expected a mapping, got [cp]");
+  expect_contains(
+      error_of([] { parse_config("distributed:\n  multimodal: true\n"); }),
+      "distributed.multimodal: expected a mapping, got true");
+  expect_contains(
+      error_of([] { parse_config("- a\n- b\n"); }),
+      "frameshard::config: (top level): expected a mapping, got [a, b]");
+  expect_contains(
+      error_of([] { parse_config("just a string"); }),
+      "(top level): expected a mapping, got just a string");
+}
+
+TEST(Config, RejectsDuplicateAndDottedKeys) {
+  expect_contains(
+      error_of(
+          [] { parse_config("distributed:\n  cp_size: 2\n  cp_size: 4\n"); }),
+      "distributed.cp_size: expected each key once, got a duplicate key");
+  expect_contains(
+      error_of([] { parse_config("distributed.cp_size: 2\n"); }),
+      "distributed.cp_size: expected a plain key");
+}
+
+TEST(Config, SyntaxErrorNamesFileAndLine) {
+  const std::string msg = error_of([] {
+    parse_config("distributed:\n  cp_size: [2\n  dp_size: 1\n", "train.yaml");
+  });
+  expect_contains(msg, "frameshard::config: train.yaml:");
+  expect_contains(msg, "expected valid YAML");
+}
+
+TEST(Config, FieldErrorsNameTheSourceLine) {
+  const std::string msg = error_of(
+      [] { parse_config(fs_doc("min_frames", "true"), "train.yaml"); });
+  expect_contains(
+      msg, kFs + ".min_frames: expected a non-negative integer, got true");
+  expect_contains(msg, "(in train.yaml:6)");
+}
+
+// ----------------------------------------------------------------- files
+
+TEST(Config, LoadConfigReadsFileAndReportsMissingPath) {
+  char path[] = "/tmp/frameshard_config_test_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  {
+    std::ofstream out(path);
+    out << fs_doc("enabled", "true");
+  }
+  const Config c = load_config(path);
+  EXPECT_TRUE(c.frame_sharding.enabled);
+  EXPECT_EQ(c.cp_size, 2);
+  {
+    std::ofstream out(path);
+    out << "distributed:\n  cp_size: 2\n  cp_size: [\n";
+  }
+  expect_contains(
+      error_of([&] { load_config(path); }), std::string(path) + ":");
+  std::remove(path);
+
+  const std::string missing = "/nonexistent/frameshard/train.yaml";
+  const std::string msg = error_of([&] { load_config(missing); });
+  expect_contains(msg, "frameshard::config: ");
+  expect_contains(msg, missing);
+}
+
+// ------------------------------------------------------------- round trip
+
+TEST(Config, ToYamlRoundTrips) {
+  std::vector<Config> configs(4);
+  configs[1].cp_size = 8;
+  configs[1].dp_size = 2;
+  configs[1].tp_size = 4;
+  configs[1].frame_sharding.enabled = true;
+  configs[1].frame_sharding.min_tokens = 0;
+  configs[1].frame_sharding.min_frames = 5;
+  configs[1].frame_sharding.min_local_patch_rows = 0;
+  configs[1].frame_sharding.cost_alpha = "3456";
+  configs[1].frame_sharding.partitioner = "lpt";
+  configs[1].frame_sharding.tower = "qwen2-vl";
+  configs[2].frame_sharding.cost_alpha = "quadratic:1,2.5,0";
+  configs[2].frame_sharding.partitioner = "count";
+  configs[3].frame_sharding.cost_alpha = "automodel:qwen3.5";
+  for (const Config& c : configs) {
+    const std::string text = to_yaml(c);
+    SCOPED_TRACE(text);
+    expect_same(parse_config(text), c);
+    EXPECT_EQ(to_yaml(parse_config(text)), text);
+  }
+  // An integer alpha is written as an integer, not a quoted string.
+  expect_contains(to_yaml(configs[1]), "cost_alpha: 3456\n");
+  expect_contains(to_yaml(configs[1]), "enabled: true\n");
+  expect_contains(to_yaml(configs[0]), "mesh_dims: [cp]\n");
+}
+
+// -------------------------------------------------------------- overrides
+
+TEST(Config, OverridesUseDottedKeys) {
+  Config c = parse_config(fs_doc("enabled", "true"));
+  apply_override(c, kFs + ".enabled", "false");
+  EXPECT_FALSE(c.frame_sharding.enabled);
+  apply_override(c, kFs + ".min_tokens", "0");
+  EXPECT_EQ(c.frame_sharding.min_tokens, 0);
+  apply_override(c, kFs + ".mesh_dims", "[cp]");
+  apply_override(c, kFs + ".cost_alpha", "6608");
+  EXPECT_EQ(c.frame_sharding.cost_alpha, "6608");
+  apply_override(c, kFs + ".cost_alpha", "quadratic:1,0,0");
+  EXPECT_EQ(c.frame_sharding.cost_alpha, "quadratic:1,0,0");
+  apply_override(c, kFs + ".partitioner", "greedy");
+  EXPECT_EQ(c.frame_sharding.partitioner, "greedy");
+  apply_override(c, "distributed.cp_size", "16");
+  EXPECT_EQ(c.cp_size, 16);
+  // A whole section, as a YAML flow mapping.
+  apply_override(c, kFs, "{enabled: true, min_frames: 4}");
+  EXPECT_TRUE(c.frame_sharding.enabled);
+  EXPECT_EQ(c.frame_sharding.min_frames, 4);
+  EXPECT_EQ(c.frame_sharding.min_tokens, 0);  // untouched
+}
+
+TEST(Config, OverrideErrorsMatchFileErrors) {
+  // One validation path: the override reports exactly what the file does.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"min_tokens", "true"},
+      {"min_frames", "-1"},
+      {"enabled", "yes"},
+      {"mesh_dims", "cp"},
+      {"mesh_dims", "[cp, tp]"},
+      {"cost_alpha", "AUTO"},
+      {"cost_alpha", "1.5"},
+      {"partitioner", "fastest"},
+      {"min_local_patch_rows", "\"96\""},
+  };
+  for (const auto& [field, value] : cases) {
+    SCOPED_TRACE(field + "=" + value);
+    Config c;
+    const std::string from_override =
+        error_of([&] { apply_override(c, kFs + "." + field, value); });
+    const std::string from_file =
+        error_of([&] { parse_config(fs_doc(field, value)); });
+    EXPECT_FALSE(from_override.empty());
+    EXPECT_EQ(from_override, from_file);
+  }
+}
+
+TEST(Config, BadOverrideLeavesConfigUnchanged) {
+  Config c;
+  c.frame_sharding.min_frames = 7;
+  error_of([&] { apply_override(c, kFs, "{min_frames: 3, min_tokens: -5}"); });
+  EXPECT_EQ(c.frame_sharding.min_frames, 7);
+  EXPECT_EQ(c.frame_sharding.min_tokens, 2048);
+}
+
+TEST(Config, OverrideRejectsUnknownKeys) {
+  Config c;
+  std::string msg =
+      error_of([&] { apply_override(c, kFs + ".enable", "true"); });
+  expect_contains(msg, "frameshard::config: " + kFs + ".enable: ");
+  expect_contains(msg, "(enabled, mesh_dims,");
+  msg = error_of([&] { apply_override(c, "distrib.cp_size", "2"); });
+  expect_contains(msg, "frameshard::config: distrib: ");
+  msg = error_of([&] { apply_override(c, "distributed.cp_size.x", "2"); });
+  expect_contains(msg, "distributed.cp_size.x: expected a key that ends");
+  msg = error_of(
+      [&] { apply_override(c, "distributed.cp_vision_frame_sharding", "{}"); });
+  expect_contains(msg, "flat legacy key");
+  msg = error_of([&] { apply_override(c, "", "1"); });
+  expect_contains(msg, "expected a dotted key");
+  msg = error_of([&] { apply_override(c, "distributed..cp_size", "1"); });
+  expect_contains(msg, "expected a dotted key");
+  msg = error_of([&] { apply_override(c, "distributed.cp_size", "[1"); });
+  expect_contains(msg, "distributed.cp_size: expected a YAML value");
+}
+
+// ------------------------------------------------------------- validate
+
+TEST(Config, ValidateChecksValuesSetFromCode) {
+  auto msg_for = [](auto mutate) {
+    Config c;
+    mutate(c);
+    return error_of([&] { validate(c); });
+  };
+  expect_contains(
+      msg_for([](Config& c) { c.cp_size = 0; }),
+      "distributed.cp_size: expected a positive integer, got 0");
+  expect_contains(
+      msg_for([](Config& c) { c.frame_sharding.min_tokens = -3; }),
+      kFs + ".min_tokens: expected a non-negative integer, got -3");
+  expect_contains(
+      msg_for([](Config& c) {
+        c.frame_sharding.mesh_dims = {"cp", "tp"};
+      }),
+      kFs + ".mesh_dims: expected [cp] (only cp is supported), got [cp, tp]");
+  expect_contains(
+      msg_for([](Config& c) { c.frame_sharding.partitioner = "x"; }),
+      kFs + ".partitioner: expected one of");
+  expect_contains(
+      msg_for([](Config& c) { c.frame_sharding.cost_alpha = "AUTO"; }),
+      kFs + ".cost_alpha: expected a non-negative integer");
+  expect_contains(
+      msg_for([](Config& c) { c.frame_sharding.cost_alpha = "-1"; }),
+      kFs + ".cost_alpha: expected a non-negative integer");
+  expect_contains(
+      msg_for([](Config& c) { c.frame_sharding.tower = "x"; }),
+      kFs + ".tower: expected a tower preset");
+  validate(Config{});  // defaults are valid
+}
+
+// ---------------------------------------------------------- plan options
+
+TEST(Config, PlanOptionsFollowTheConfig) {
+  Config c;
+  c.cp_size = 4;
+  c.frame_sharding.enabled = true;
+  c.frame_sharding.min_tokens = 10;
+  c.frame_sharding.min_frames = 3;
+  c.frame_sharding.min_local_patch_rows = 0;
+  c.frame_sharding.partitioner = "lpt";
+  c.frame_sharding.cost_alpha = "100";
+  const PlanOptions o = plan_options(c);
+  EXPECT_EQ(o.world, 4);
+  EXPECT_EQ(o.partitioner, Partitioner::kLpt);
+  EXPECT_EQ(o.min_local_patch_rows, 0);
+  EXPECT_TRUE(o.policy.enabled);
+  EXPECT_EQ(o.policy.min_tokens, 10);
+  EXPECT_EQ(o.policy.min_frames, 3);
+  EXPECT_DOUBLE_EQ(o.cost(10), 10.0 * (10 + 100));
+
+  // "auto" follows the configured tower.
+  c.frame_sharding.cost_alpha = "auto";
+  c.frame_sharding.tower = "qwen2-vl";
+  const CostModel expect = parse_cost_alpha("auto", "qwen2-vl");
+  EXPECT_DOUBLE_EQ(plan_options(c).cost(1000), expect(1000));
+  c.frame_sharding.tower = "qwen3-vl";
+  EXPECT_NE(plan_options(c).cost(1000), expect(1000));
+
+  const PlanOptions d = plan_options(Config{});
+  EXPECT_EQ(d.world, 1);
+  EXPECT_FALSE(d.policy.enabled);
+  EXPECT_EQ(d.partitioner, Partitioner::kOptimal);
+  EXPECT_EQ(d.min_local_patch_rows, 96);
+}
+
+}  // namespace
+}  // namespace frameshard

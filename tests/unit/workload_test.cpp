@@ -1,0 +1,305 @@
+// Workloads: JSON parsing and validation, the seeded presets' shapes,
+// ranges, distributions and determinism.
+#include <frameshard/error.h>
+#include <frameshard/frames.h>
+#include <frameshard/workload.h>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+namespace {
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected frameshard::Error";
+  return "";
+}
+
+void expect_contains(const std::string& msg, const std::string& part) {
+  EXPECT_NE(msg.find(part), std::string::npos)
+      << "message: " << msg << "\nmissing: " << part;
+}
+
+// ------------------------------------------------------------------ JSON
+
+TEST(Workload, ParsesGridAndLayout) {
+  Workload wl = parse_workload(R"({"grid_thw": [[1, 4, 6], [8, 2, 2]]})");
+  ASSERT_EQ(wl.grid.size(), 2u);
+  EXPECT_EQ(wl.grid[0], (GridThw{1, 4, 6}));
+  EXPECT_EQ(wl.grid[1], (GridThw{8, 2, 2}));
+  EXPECT_EQ(wl.layout.spatial_merge_size, 2);
+  EXPECT_EQ(wl.layout.temporal_patch_size, 2);
+
+  wl = parse_workload(
+      R"({"spatial_merge_size": 3, "temporal_patch_size": 1,
+          "grid_thw": [[2, 3, 9]]})",
+      "batch.json");
+  EXPECT_EQ(wl.name, "batch.json");
+  EXPECT_EQ(wl.layout.spatial_merge_size, 3);
+  EXPECT_EQ(wl.layout.temporal_patch_size, 1);
+  EXPECT_EQ(wl.grid[0], (GridThw{2, 3, 9}));
+}
+
+TEST(Workload, RejectsBadDocuments) {
+  struct Case {
+    std::string json;
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      {"{", {"frameshard::workload: (document): expected valid JSON"}},
+      {"[[1, 2, 2]]", {"(document): expected a JSON object", "got [[1,2,2]]"}},
+      {R"({"grid": [[1, 2, 2]]})",
+       {"frameshard::workload: grid: expected a known key (grid_thw, "
+        "spatial_merge_size, temporal_patch_size), got unknown key grid"}},
+      {R"({"spatial_merge_size": 2})",
+       {"grid_thw: expected a non-empty list of [t, h, w] rows, got nothing"}},
+      {R"({"grid_thw": 5})",
+       {"grid_thw: expected a list of [t, h, w] rows, got 5"}},
+      {R"({"grid_thw": [5]})",
+       {"grid_thw[0]: expected a [t, h, w] row, got 5"}},
+      {R"({"grid_thw": [[1, 2, 2], [1, 2.5, 2]]})",
+       {"grid_thw[1][1]: expected an integer, got 2.5"}},
+      {R"({"grid_thw": [[1, "2", 2]]})",
+       {"grid_thw[0][1]: expected an integer, got \"2\""}},
+      {R"({"grid_thw": [[true, 2, 2]]})",
+       {"grid_thw[0][0]: expected an integer, got true"}},
+      {R"({"grid_thw": [[1, 2, 4194304]]})",
+       {"grid_thw[0][2]: expected an integer <= 1048576, got 4194304"}},
+      {R"({"grid_thw": [[1, 2, 2], "x"]})",
+       {"grid_thw[1]: expected a [t, h, w] row"}},
+      {R"({"grid_thw": [[1, 2, 2]], "spatial_merge_size": 0})",
+       {"spatial_merge_size: expected a positive integer, got 0"}},
+      {R"({"grid_thw": [[1, 2, 2]], "temporal_patch_size": "2"})",
+       {"temporal_patch_size: expected a positive integer, got \"2\""}},
+      {R"({"grid_thw": [[1, 2, 2]], "spatial_merge_size": 1.5})",
+       {"spatial_merge_size: expected a positive integer, got 1.5"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.json);
+    const std::string msg = error_of([&] { parse_workload(c.json); });
+    for (const auto& part : c.parts) {
+      expect_contains(msg, part);
+    }
+  }
+}
+
+TEST(Workload, RejectsBadGridsThroughTheFrameModel) {
+  // Empty and ragged come from grid_from_rows; sizes from expand_frames.
+  // Each message names grid_thw and carries the source.
+  for (const std::string json :
+       {R"({"grid_thw": []})",
+        R"({"grid_thw": [[1, 2, 2], [1, 2]]})",
+        R"({"grid_thw": [[1, 2, 2, 2]]})",
+        R"({"grid_thw": [[0, 2, 2]]})",
+        R"({"grid_thw": [[1, -2, 2]]})",
+        R"({"grid_thw": [[1, 3, 2]]})"}) {
+    SCOPED_TRACE(json);
+    const std::string msg = error_of([&] { parse_workload(json, "w.json"); });
+    expect_contains(msg, "grid_thw");
+    expect_contains(msg, "(in w.json)");
+  }
+  // h = 3 is fine with merge size 3 and wrong with the default 2.
+  EXPECT_NO_THROW(
+      parse_workload(R"({"grid_thw": [[1, 3, 3]], "spatial_merge_size": 3})"));
+}
+
+TEST(Workload, JsonRoundTrip) {
+  for (const auto& name : workload_preset_names()) {
+    const Workload wl = preset_workload(name, 3);
+    const Workload back = parse_workload(to_json(wl), name);
+    EXPECT_EQ(back.grid, wl.grid) << name;
+    EXPECT_EQ(back.layout.spatial_merge_size, wl.layout.spatial_merge_size);
+    EXPECT_EQ(back.layout.temporal_patch_size, wl.layout.temporal_patch_size);
+  }
+  Workload custom;
+  custom.grid = {{2, 3, 6}};
+  custom.layout.spatial_merge_size = 3;
+  custom.layout.temporal_patch_size = 1;
+  const Workload back = parse_workload(to_json(custom));
+  EXPECT_EQ(back.grid, custom.grid);
+  EXPECT_EQ(back.layout.spatial_merge_size, 3);
+  EXPECT_EQ(back.layout.temporal_patch_size, 1);
+}
+
+TEST(Workload, LoadWorkloadFromFile) {
+  char path[] = "/tmp/frameshard_workload_test_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  {
+    std::ofstream out(path);
+    out << R"({"grid_thw": [[1, 64, 64], [16, 16, 16]]})";
+  }
+  const Workload wl = load_workload(path);
+  EXPECT_EQ(wl.name, path);
+  EXPECT_EQ(wl.grid.size(), 2u);
+  {
+    std::ofstream out(path);
+    out << R"({"grid_thw": [[1, 64, 63]]})";
+  }
+  expect_contains(error_of([&] { load_workload(path); }), path);
+  std::remove(path);
+  const std::string missing = "/nonexistent/frameshard/batch.json";
+  expect_contains(error_of([&] { load_workload(missing); }), missing);
+}
+
+// --------------------------------------------------------------- presets
+
+TEST(Presets, NamesAndUnknownName) {
+  EXPECT_EQ(
+      workload_preset_names(),
+      (std::vector<std::string>{"doc", "multi", "video", "mixed"}));
+  const std::string msg = error_of([] { preset_workload("movie", 0); });
+  expect_contains(
+      msg,
+      "frameshard::preset_workload: expected one of doc, multi, video, "
+      "mixed, got movie");
+}
+
+TEST(Presets, DeterministicPerSeed) {
+  for (const auto& name : workload_preset_names()) {
+    for (uint64_t seed : {0u, 1u, 12345u}) {
+      EXPECT_EQ(
+          preset_workload(name, seed).grid, preset_workload(name, seed).grid);
+    }
+    EXPECT_NE(preset_workload(name, 0).grid, preset_workload(name, 1).grid)
+        << name;
+    EXPECT_EQ(preset_workload(name, 0).name, name);
+  }
+  // The name salts the stream: two presets with one seed are independent.
+  EXPECT_NE(
+      preset_workload("doc", 0).grid.front(),
+      preset_workload("multi", 0).grid.front());
+}
+
+// A golden digest of the seed-0 presets: the generator promises the same
+// grids on every platform (integer-only PRNG and shapes), so any change in
+// the stream or the shape rounding must show up here and be deliberate.
+TEST(Presets, GoldenSeedZero) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const auto& name : workload_preset_names()) {
+    for (const GridThw& g : preset_workload(name, 0).grid) {
+      for (int64_t v : {g.t, g.h, g.w}) {
+        h = (h ^ static_cast<uint64_t>(v)) * 0x100000001b3ULL;
+      }
+    }
+  }
+  EXPECT_EQ(h, 0x1919ab0778966a72ULL) << std::hex << "digest 0x" << h;
+}
+
+double aspect(const GridThw& g) {
+  return static_cast<double>(g.w) / static_cast<double>(g.h);
+}
+
+void expect_shape(const GridThw& g, int64_t lo, int64_t hi) {
+  EXPECT_EQ(g.h % 2, 0);
+  EXPECT_EQ(g.w % 2, 0);
+  EXPECT_GE(g.h * g.w, lo) << g.h << "x" << g.w;
+  EXPECT_LE(g.h * g.w, hi) << g.h << "x" << g.w;
+  EXPECT_GE(aspect(g), 0.45) << g.h << "x" << g.w;
+  EXPECT_LE(aspect(g), 2.2) << g.h << "x" << g.w;
+}
+
+int64_t median(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+TEST(Presets, DocIsOneLargeImagePerSample) {
+  std::vector<int64_t> patches;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const Workload wl = preset_workload("doc", seed);
+    EXPECT_GE(wl.grid.size(), 8u);
+    EXPECT_LE(wl.grid.size(), 16u);
+    for (const GridThw& g : wl.grid) {
+      EXPECT_EQ(g.t, 1);
+      expect_shape(g, 2048, 65536);
+      patches.push_back(g.h * g.w);
+    }
+    EXPECT_NO_THROW(expand_frames(wl.grid, wl.layout));
+  }
+  // Log-uniform over [2^11, 2^16]: median near 2^13.5 = 11585 (a uniform
+  // draw would put it near 33792).
+  EXPECT_GT(median(patches), 9000);
+  EXPECT_LT(median(patches), 15000);
+}
+
+TEST(Presets, MultiIsSeveralModerateImages) {
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const Workload wl = preset_workload("multi", seed);
+    EXPECT_GE(wl.grid.size(), 16u);  // 8 samples of 2 to 8 images
+    EXPECT_LE(wl.grid.size(), 64u);
+    for (const GridThw& g : wl.grid) {
+      EXPECT_EQ(g.t, 1);
+      expect_shape(g, 1024, 5120);
+    }
+  }
+}
+
+TEST(Presets, VideoFollowsQwenBudgets) {
+  bool saw_two = false;
+  bool saw_long = false;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const Workload wl = preset_workload("video", seed);
+    ASSERT_GE(wl.grid.size(), 1u);
+    ASSERT_LE(wl.grid.size(), 2u);
+    saw_two = saw_two || wl.grid.size() == 2;
+    for (const GridThw& g : wl.grid) {
+      EXPECT_GE(g.t, 8);  // 16 to 768 frames, 2 per temporal unit
+      EXPECT_LE(g.t, 384);
+      saw_long = saw_long || g.t > 192;
+      expect_shape(g, 512, 3072);
+      // Qwen's total video budget (about 460,800 patches) holds.
+      EXPECT_LE(g.t * g.h * g.w, 460800 + 538 * 384);
+    }
+  }
+  EXPECT_TRUE(saw_two);
+  EXPECT_TRUE(saw_long);
+}
+
+TEST(Presets, MixedIsHugeImagesAmongManySmallFrames) {
+  int64_t huge_first = 0;
+  int64_t huge_last = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const Workload wl = preset_workload("mixed", seed);
+    huge_first += wl.grid.front().h * wl.grid.front().w >= 8192;
+    huge_last += wl.grid.back().h * wl.grid.back().w >= 8192;
+    int64_t huge = 0;
+    int64_t small_frames = 0;
+    for (const GridThw& g : wl.grid) {
+      if (g.h * g.w >= 8192) {
+        EXPECT_EQ(g.t, 1);
+        expect_shape(g, 8192, 16384);
+        ++huge;
+      } else {
+        expect_shape(g, 256, 1024);
+        EXPECT_LE(g.t, 16);
+        small_frames += g.t;
+      }
+    }
+    EXPECT_GE(huge, 1);
+    EXPECT_LE(huge, 2);
+    EXPECT_GE(small_frames, 128);
+    EXPECT_LE(small_frames, 512);
+    EXPECT_NO_THROW(expand_frames(wl.grid, wl.layout));
+  }
+  // The huge images sit at random positions, not always at one end.
+  EXPECT_LT(huge_first, 20);
+  EXPECT_LT(huge_last, 20);
+}
+
+}  // namespace
+}  // namespace frameshard

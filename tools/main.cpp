@@ -1,0 +1,28 @@
+// The frameshard command-line tool: one binary, one subcommand per file.
+#include "commands.h"
+
+#include <frameshard/error.h>
+
+#include <exception>
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "frameshard: shard vision-tower frames across context-parallel ranks"};
+  app.require_subcommand(1);
+  frameshard::cli::register_plan_command(app);
+#ifdef FRAMESHARD_HAVE_RUNTIME
+  frameshard::cli::register_verify_command(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    // frameshard::Error and c10::Error: the message already names the
+    // function, the expected and the actual value.
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}
