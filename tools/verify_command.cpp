@@ -61,6 +61,7 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -926,8 +927,14 @@ int run_parent(const VerifyArgs& a) {
       argv.push_back(const_cast<char*>(s.c_str()));
     }
     argv.push_back(nullptr);
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid == 0) {
+      // A worker must not outlive the parent (e.g. killed by a CI timeout).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) {
+        _exit(127);
+      }
       execv("/proc/self/exe", argv.data());
       std::fprintf(stderr, "error: verify: exec of /proc/self/exe failed\n");
       _exit(127);
@@ -1052,7 +1059,10 @@ void register_verify_command(CLI::App& app) {
       "Floor of local patch rows (default: from --config, else 96)");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_option(
-         "--timeout-ms", args->timeout_ms, "Collective timeout per rank")
+         "--timeout-ms",
+         args->timeout_ms,
+         "Collective timeout per rank; raise it for large workloads (the "
+         "others wait while rank 0 runs the replicated reference)")
       ->capture_default_str();
   cmd->add_option(
          "--scale",

@@ -6,8 +6,8 @@
 // collective timeout (PyTorch's ProcessGroupGlooTest does the same).
 //
 // Usage:
-//   frameshard::testing::run_ranks(3, [&](int rank, frameshard::ProcessGroupPtr
-//   pg) {
+//   using frameshard::ProcessGroupPtr;
+//   frameshard::testing::run_ranks(3, [&](int rank, ProcessGroupPtr pg) {
 //     at::Tensor full = frameshard::all_gather_rows(local, counts, pg);
 //     results[rank] = full;   // a vector sized `world`: one slot per rank
 //   });
@@ -189,8 +189,8 @@ class CountingGroup : public c10d::ProcessGroup {
   ProcessGroupPtr inner_;
 };
 
-/// Sum over ranks of a CPU tensor (float64 accumulation happens in the
-/// caller's dtype; tests use it for per-rank gradients and losses).
+/// Sum over the group's ranks of `t` (in t's dtype), waited for; tests use
+/// it to total per-rank losses and gradients.
 inline at::Tensor allreduce_sum(
     const ProcessGroupPtr& pg, const at::Tensor& t) {
   std::vector<at::Tensor> v{t.detach().clone().contiguous()};
