@@ -21,8 +21,9 @@
 //           tower: qwen3-vl       # * tower whose FLOPs "auto" counts
 //
 // Every error names the full key path, what was expected and what was given:
-//   frameshard::config: distributed.multimodal.vision.frame_sharding.min_tokens:
-//   expected a non-negative integer, got true
+//   frameshard::config:
+//   distributed.multimodal.vision.frame_sharding.min_tokens: expected a
+//   non-negative integer, got true
 // Unknown keys, booleans where integers belong, negatives, mesh_dims other
 // than [cp], and the flat legacy key distributed.cp_vision_frame_sharding are
 // rejected.
@@ -72,9 +73,7 @@ Config load_config(const std::string& path);
 /// ("distributed.multimodal.vision.frame_sharding.enabled", "false"). The
 /// value is parsed as YAML ("[cp]", "96", "auto") and validated like the file.
 void apply_override(
-    Config& config,
-    const std::string& dotted_key,
-    const std::string& value);
+    Config& config, const std::string& dotted_key, const std::string& value);
 /// Validates cross-field rules (cp_size >= 1, known partitioner, parseable
 /// cost_alpha, known tower); parse_config and apply_override call it.
 void validate(const Config& config);

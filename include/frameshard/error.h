@@ -45,9 +45,9 @@ template <typename... Args>
 }  // namespace frameshard
 
 /// Throws frameshard::Error("frameshard::<fn>: <message...>") unless `cond`.
-#define FRAMESHARD_CHECK(cond, fn, ...)        \
-  do {                                         \
-    if (!(cond)) {                             \
+#define FRAMESHARD_CHECK(cond, fn, ...)            \
+  do {                                             \
+    if (!(cond)) {                                 \
       ::frameshard::detail::fail(fn, __VA_ARGS__); \
-    }                                          \
+    }                                              \
   } while (false)

@@ -69,8 +69,7 @@ struct FrameSet {
 /// empty FrameSet (the policy then takes the replicated path). Throws
 /// frameshard::Error naming the row and field otherwise.
 FrameSet expand_frames(
-    const std::vector<GridThw>& grid,
-    const MediaLayout& layout = {});
+    const std::vector<GridThw>& grid, const MediaLayout& layout = {});
 
 /// Checks that `pixel_rows` (the row count of pixel_values) equals
 /// sum(t*h*w) of the frame set; throws frameshard::Error otherwise.

@@ -59,8 +59,6 @@ struct GatherTraffic {
   int64_t padded_bytes = 0;
 };
 GatherTraffic gather_traffic(
-    const std::vector<int64_t>& counts,
-    int64_t rank,
-    int64_t row_bytes);
+    const std::vector<int64_t>& counts, int64_t rank, int64_t row_bytes);
 
 }  // namespace frameshard

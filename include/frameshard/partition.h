@@ -44,8 +44,7 @@ std::string to_string(Partitioner p);
 /// "optimal" | "greedy" | "count" | "lpt"; throws frameshard::Error naming
 /// `field` otherwise.
 Partitioner parse_partitioner(
-    const std::string& name,
-    const char* field = "partitioner");
+    const std::string& name, const char* field = "partitioner");
 std::vector<Partitioner> all_partitioners();
 
 struct Partition {

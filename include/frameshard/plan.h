@@ -64,9 +64,7 @@ struct RowRange {
 /// ceil(missing / frame_rows), 0 when local_rows >= floor, floor == 0 or
 /// frame_rows == 0. (4, 4, 96) -> 23; (8, 4, 96) -> 22; (92, 4, 96) -> 1.
 int64_t floor_pad_frames(
-    int64_t local_patch_rows,
-    int64_t frame_rows,
-    int64_t min_local_patch_rows);
+    int64_t local_patch_rows, int64_t frame_rows, int64_t min_local_patch_rows);
 
 struct RankShard {
   int64_t rank = 0;
@@ -82,10 +80,10 @@ struct RankShard {
   /// Per-frame cumulative patch rows over all local frames (real, floor,
   /// dummy): frames.size() + 1 entries starting at 0.
   std::vector<int64_t> cu_seqlens;
-  int64_t real_patch_rows = 0;  // rows of real frames
-  int64_t real_tokens = 0;      // output rows kept and gathered
-  int64_t pad_frames = 0;       // floor frames appended
-  int64_t dummy_frames = 0;     // 0 or 1
+  int64_t real_patch_rows = 0;   // rows of real frames
+  int64_t real_tokens = 0;       // output rows kept and gathered
+  int64_t pad_frames = 0;        // floor frames appended
+  int64_t dummy_frames = 0;      // 0 or 1
   int64_t local_patch_rows = 0;  // rows fed to the tower (real+pad+dummy)
   int64_t local_tokens = 0;      // rows the tower returns (real+pad+dummy)
   double cost = 0.0;             // cost of the real frames

@@ -101,8 +101,7 @@ std::vector<int> mesh_group_ranks(
 
 /// Every such group of the world, each ascending, ordered by first member.
 std::vector<std::vector<int>> mesh_groups(
-    const MeshShape& shape,
-    const std::vector<std::string>& mesh_dims);
+    const MeshShape& shape, const std::vector<std::string>& mesh_dims);
 
 /// Gloo subgroup of `members` (global ranks, containing `global_rank`) over
 /// a PrefixStore named by `tag` and the members. Collective over members.

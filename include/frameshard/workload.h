@@ -45,7 +45,8 @@ std::vector<std::string> workload_preset_names();
 /// Throws frameshard::Error listing the presets for an unknown name.
 Workload preset_workload(const std::string& name, uint64_t seed = 0);
 /// Parses JSON text; errors name the field, expected and actual value.
-Workload parse_workload(const std::string& json, const std::string& source = "");
+Workload parse_workload(
+    const std::string& json, const std::string& source = "");
 /// Reads a JSON file (see parse_workload).
 Workload load_workload(const std::string& path);
 /// JSON text of a workload (round-trips through parse_workload).

@@ -72,9 +72,7 @@ class ToyTowerImpl : public torch::nn::Module {
   };
   Merger merger_, deepstack_merger_;
   at::Tensor block_forward(
-      const Block& b,
-      const at::Tensor& x,
-      const at::Tensor& cu_seqlens);
+      const Block& b, const at::Tensor& x, const at::Tensor& cu_seqlens);
   at::Tensor merge(const Merger& m, const at::Tensor& x);
 };
 TORCH_MODULE(ToyTower);
