@@ -13,6 +13,8 @@ namespace cli {
 void register_plan_command(CLI::App& app);
 /// `frameshard verify`: sharded vs replicated parity over local ranks.
 void register_verify_command(CLI::App& app);
+/// `frameshard encode`: a Hugging Face Qwen-VL vision tower on pixel rows.
+void register_encode_command(CLI::App& app);
 
 }  // namespace cli
 }  // namespace frameshard

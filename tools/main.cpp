@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   frameshard::cli::register_plan_command(app);
 #ifdef FRAMESHARD_HAVE_RUNTIME
   frameshard::cli::register_verify_command(app);
+  frameshard::cli::register_encode_command(app);
 #endif
   try {
     app.parse(argc, argv);

@@ -1,0 +1,572 @@
+// Shared blocks of the Qwen-VL-family vision towers (see qwen_blocks.h).
+// Numerics mirror transformers' eager path op by op where the order of
+// floating-point operations matters (rotary tables, interpolation
+// weights, softmax and RMSNorm dtypes).
+#include "models/qwen_blocks.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+namespace frameshard {
+namespace models {
+namespace detail {
+
+at::ScalarType accum_dtype(at::ScalarType dtype) {
+  return dtype == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+Activation parse_activation(const std::string& name, const char* fn) {
+  if (name == "gelu") {
+    return Activation::kGelu;
+  }
+  // gelu_new / gelu_python_tanh are the same tanh formula written out in
+  // Python; they agree with the fused kernel to float rounding.
+  if (name == "gelu_pytorch_tanh" || name == "gelu_new" ||
+      name == "gelu_python_tanh") {
+    return Activation::kGeluTanh;
+  }
+  if (name == "quick_gelu") {
+    return Activation::kQuickGelu;
+  }
+  if (name == "silu" || name == "swish") {
+    return Activation::kSilu;
+  }
+  if (name == "relu") {
+    return Activation::kRelu;
+  }
+  TORCH_CHECK(
+      false,
+      "frameshard::",
+      fn,
+      ": expected hidden_act gelu, gelu_pytorch_tanh, gelu_new, quick_gelu, "
+      "silu, swish or relu, got \"",
+      name,
+      "\"");
+}
+
+at::Tensor activate(Activation act, const at::Tensor& x) {
+  switch (act) {
+    case Activation::kGelu:
+      return at::gelu(x);
+    case Activation::kGeluTanh:
+      return at::gelu(x, "tanh");
+    case Activation::kQuickGelu:
+      return x * at::sigmoid(1.702 * x);
+    case Activation::kSilu:
+      return at::silu(x);
+    case Activation::kRelu:
+      return at::relu(x);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown activation");
+}
+
+// ------------------------------------------------------------ geometry
+
+FrameGeometry check_tower_input(
+    const TowerInput& input,
+    int64_t in_features,
+    int64_t merge,
+    const char* fn) {
+  const at::Tensor& pixels = input.pixel_values;
+  TORCH_CHECK(
+      pixels.defined() && pixels.dim() == 2 && pixels.size(1) == in_features &&
+          at::isFloatingType(pixels.scalar_type()),
+      "frameshard::",
+      fn,
+      ": expected floating pixel_values [rows, ",
+      in_features,
+      "] (channels * temporal_patch_size * patch_size^2), got ",
+      pixels.defined() ? pixels.sizes() : at::IntArrayRef{},
+      pixels.defined() ? std::string(" ") + c10::toString(pixels.scalar_type())
+                       : std::string(" undefined"));
+  const at::Tensor& g = input.grid_thw;
+  TORCH_CHECK(
+      g.defined() && g.dim() == 2 && g.size(1) == 3 &&
+          !at::isFloatingType(g.scalar_type()),
+      "frameshard::",
+      fn,
+      ": expected an integer grid_thw [n, 3], got ",
+      g.defined() ? g.sizes() : at::IntArrayRef{});
+  const at::Tensor grid = g.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* gp = grid.data_ptr<int64_t>();
+
+  FrameGeometry geo;
+  geo.cu.push_back(0);
+  for (int64_t i = 0; i < grid.size(0); ++i) {
+    GridThw row{gp[3 * i], gp[3 * i + 1], gp[3 * i + 2]};
+    TORCH_CHECK(
+        row.t > 0 && row.h > 0 && row.w > 0 && row.h % merge == 0 &&
+            row.w % merge == 0,
+        "frameshard::",
+        fn,
+        ": expected grid_thw[",
+        i,
+        "] positive with h and w divisible by spatial_merge_size ",
+        merge,
+        ", got (",
+        row.t,
+        ", ",
+        row.h,
+        ", ",
+        row.w,
+        ")");
+    for (int64_t t = 0; t < row.t; ++t) {
+      geo.cu.push_back(geo.cu.back() + row.h * row.w);
+    }
+    geo.grid.push_back(row);
+  }
+  geo.rows = geo.cu.back();
+  TORCH_CHECK(
+      geo.rows == pixels.size(0),
+      "frameshard::",
+      fn,
+      ": expected ",
+      geo.rows,
+      " pixel rows (sum of t*h*w over grid_thw), got ",
+      pixels.size(0));
+  if (input.cu_seqlens.defined()) {
+    const at::Tensor cu = input.cu_seqlens.to(at::kCPU, at::kLong).contiguous();
+    bool same =
+        cu.dim() == 1 && cu.size(0) == static_cast<int64_t>(geo.cu.size());
+    for (int64_t i = 0; same && i < cu.size(0); ++i) {
+      same = cu.data_ptr<int64_t>()[i] == geo.cu[static_cast<size_t>(i)];
+    }
+    TORCH_CHECK(
+        same,
+        "frameshard::",
+        fn,
+        ": expected cu_seqlens with one segment per temporal patch of "
+        "grid_thw (",
+        geo.cu.size(),
+        " entries ending at ",
+        geo.rows,
+        "), got ",
+        cu.sizes(),
+        cu.numel() > 0
+            ? " ending at " +
+                  std::to_string(cu.data_ptr<int64_t>()[cu.numel() - 1])
+            : std::string());
+  }
+  return geo;
+}
+
+at::Tensor patch_coordinates(const std::vector<GridThw>& grid, int64_t merge) {
+  int64_t rows = 0;
+  for (const auto& g : grid) {
+    rows += g.t * g.h * g.w;
+  }
+  at::Tensor out = at::empty({rows, 2}, at::kLong);
+  int64_t* p = out.data_ptr<int64_t>();
+  for (const auto& g : grid) {
+    int64_t* first = p;
+    for (int64_t by = 0; by < g.h / merge; ++by) {
+      for (int64_t bx = 0; bx < g.w / merge; ++bx) {
+        for (int64_t iy = 0; iy < merge; ++iy) {
+          for (int64_t ix = 0; ix < merge; ++ix) {
+            *p++ = by * merge + iy;
+            *p++ = bx * merge + ix;
+          }
+        }
+      }
+    }
+    // Every temporal index repeats the spatial ids (frames independent).
+    const int64_t frame = 2 * g.h * g.w;
+    for (int64_t t = 1; t < g.t; ++t) {
+      std::copy(first, first + frame, p);
+      p += frame;
+    }
+  }
+  return out;
+}
+
+Rotary rotary_tables(
+    const at::Tensor& coords,
+    int64_t head_dim,
+    double theta,
+    at::ScalarType dtype) {
+  // HF: inv_freq = 1 / theta ** (arange(0, d, 2) / d) with d = head_dim / 2
+  // (head_dim / 4 frequencies, shared by h and w).
+  const int64_t d = head_dim / 2;
+  const auto opts = at::TensorOptions().dtype(dtype).device(coords.device());
+  at::Tensor inv_freq =
+      at::reciprocal(at::pow(theta, at::arange(0, d, 2, opts) / d));
+  at::Tensor freqs = coords.to(dtype).unsqueeze(-1) * inv_freq;  // [r, 2, f]
+  auto recompose = [](const at::Tensor& f) {
+    at::Tensor hw = at::cat({f.select(1, 0), f.select(1, 1)}, -1);
+    return at::cat({hw, hw}, -1);
+  };
+  return {recompose(at::cos(freqs)), recompose(at::sin(freqs))};
+}
+
+WindowIndex window_index(
+    const std::vector<GridThw>& grid,
+    int64_t merge,
+    int64_t merger_window_size) {
+  const int64_t vw = merger_window_size;
+  const int64_t unit = merge * merge;
+  std::vector<int64_t> index;
+  WindowIndex out;
+  out.cu.push_back(0);
+  int64_t base = 0;
+  for (const auto& g : grid) {
+    const int64_t lh = g.h / merge;
+    const int64_t lw = g.w / merge;
+    // HF pads each frame's token grid up to whole windows (even when it
+    // already divides: an extra empty window row/column, dropped below).
+    const int64_t nwh = (lh + vw - lh % vw) / vw;
+    const int64_t nww = (lw + vw - lw % vw) / vw;
+    for (int64_t t = 0; t < g.t; ++t) {
+      for (int64_t wy = 0; wy < nwh; ++wy) {
+        for (int64_t wx = 0; wx < nww; ++wx) {
+          int64_t count = 0;
+          for (int64_t iy = 0; iy < vw; ++iy) {
+            const int64_t y = wy * vw + iy;
+            for (int64_t ix = 0; ix < vw; ++ix) {
+              const int64_t x = wx * vw + ix;
+              if (y < lh && x < lw) {
+                index.push_back(base + t * lh * lw + y * lw + x);
+                ++count;
+              }
+            }
+          }
+          if (count > 0) {
+            out.cu.push_back(out.cu.back() + count * unit);
+          }
+        }
+      }
+    }
+    base += g.t * lh * lw;
+  }
+  const auto n = static_cast<int64_t>(index.size());
+  out.index = at::empty({n}, at::kLong);
+  std::copy(index.begin(), index.end(), out.index.data_ptr<int64_t>());
+  out.inverse = at::empty({n}, at::kLong);
+  int64_t* inv = out.inverse.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    inv[index[static_cast<size_t>(i)]] = i;
+  }
+  return out;
+}
+
+at::Tensor permute_units(
+    const at::Tensor& x, const at::Tensor& index, int64_t unit) {
+  const int64_t rows = x.size(0);
+  return x.reshape({rows / unit, unit, -1})
+      .index_select(0, index.to(x.device()))
+      .reshape({rows, -1});
+}
+
+Interpolation bilinear_positions(
+    const std::vector<GridThw>& grid,
+    const at::Tensor& coords,
+    int64_t side,
+    at::ScalarType dtype) {
+  const int64_t rows = coords.size(0);
+  at::Tensor heights = at::empty({rows}, at::kLong);
+  at::Tensor widths = at::empty({rows}, at::kLong);
+  {
+    int64_t* hp = heights.data_ptr<int64_t>();
+    int64_t* wp = widths.data_ptr<int64_t>();
+    for (const auto& g : grid) {
+      std::fill(hp, hp + g.t * g.h * g.w, g.h);
+      std::fill(wp, wp + g.t * g.h * g.w, g.w);
+      hp += g.t * g.h * g.w;
+      wp += g.t * g.h * g.w;
+    }
+  }
+  // One axis, as HF's _interpolation_axis_taps_weights (bilinear,
+  // align_corners, border padding), op for op.
+  const at::Tensor offsets = at::arange(0, 2, at::kLong);
+  auto axis = [&](const at::Tensor& index, const at::Tensor& size) {
+    at::Tensor src = index.to(dtype) * (side - 1) / at::clamp_min(size - 1, 1);
+    at::Tensor floor = at::floor(src);
+    at::Tensor taps =
+        (floor.to(at::kLong).unsqueeze(1) + offsets).clamp(0, side - 1);
+    at::Tensor distance =
+        (src.unsqueeze(1) - floor.unsqueeze(1) - offsets).abs();
+    at::Tensor weights = (1 - distance).clamp_min(0);
+    return std::make_pair(taps, weights);
+  };
+  auto h = axis(coords.select(1, 0), heights);
+  auto w = axis(coords.select(1, 1), widths);
+  Interpolation out;
+  out.indices =
+      (h.first.unsqueeze(2) * side + w.first.unsqueeze(1)).reshape({rows, 4});
+  out.weights =
+      (h.second.unsqueeze(2) * w.second.unsqueeze(1)).reshape({rows, 4});
+  return out;
+}
+
+// ------------------------------------------------------------ modules
+
+NormImpl::NormImpl(int64_t dim, NormKind kind, double eps)
+    : kind_(kind), eps_(eps), dim_(dim) {
+  weight_ = register_parameter("weight", at::ones({dim}));
+  if (kind == NormKind::kLayerNorm) {
+    bias_ = register_parameter("bias", at::zeros({dim}));
+  }
+}
+
+at::Tensor NormImpl::forward(const at::Tensor& x) {
+  if (kind_ == NormKind::kLayerNorm) {
+    return at::layer_norm(x, {dim_}, weight_, bias_, eps_);
+  }
+  // HF's RMSNorm: normalise in float32, cast back, then scale.
+  const at::ScalarType acc = accum_dtype(x.scalar_type());
+  at::Tensor h = x.to(acc);
+  h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight_ * h.to(x.scalar_type());
+}
+
+PatchEmbedImpl::PatchEmbedImpl(
+    int64_t in_channels,
+    int64_t temporal_patch_size,
+    int64_t patch_size,
+    int64_t dim,
+    bool bias)
+    : dim_(dim) {
+  auto proj = std::make_shared<torch::nn::Module>();
+  register_module("proj", proj);
+  const int64_t fan_in =
+      in_channels * temporal_patch_size * patch_size * patch_size;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  // Conv3d's default initialisation (kaiming_uniform, a = sqrt(5)).
+  weight_ = proj->register_parameter(
+      "weight",
+      at::empty({dim, in_channels, temporal_patch_size, patch_size, patch_size})
+          .uniform_(-bound, bound));
+  if (bias) {
+    bias_ = proj->register_parameter(
+        "bias", at::empty({dim}).uniform_(-bound, bound));
+  }
+}
+
+at::Tensor PatchEmbedImpl::forward(const at::Tensor& pixels) {
+  // Conv3d with kernel == stride over one (C, T, P, P) patch is a Linear
+  // over the flattened row, whose feature order is (C, T, P, P).
+  const at::Tensor x = pixels.to(weight_.scalar_type());
+  const c10::optional<at::Tensor> bias =
+      bias_.defined() ? c10::optional<at::Tensor>(bias_) : c10::nullopt;
+  return at::linear(x, weight_.reshape({dim_, -1}), bias);
+}
+
+VisionMlpImpl::VisionMlpImpl(
+    int64_t dim, int64_t hidden, Activation act, MlpStyle style)
+    : act_(act), style_(style) {
+  switch (style) {
+    case MlpStyle::kFc:
+      fc1_ = register_module("fc1", torch::nn::Linear(dim, hidden));
+      fc2_ = register_module("fc2", torch::nn::Linear(hidden, dim));
+      break;
+    case MlpStyle::kLinearFc:
+      fc1_ = register_module("linear_fc1", torch::nn::Linear(dim, hidden));
+      fc2_ = register_module("linear_fc2", torch::nn::Linear(hidden, dim));
+      break;
+    case MlpStyle::kGated:
+      fc1_ = register_module("gate_proj", torch::nn::Linear(dim, hidden));
+      up_ = register_module("up_proj", torch::nn::Linear(dim, hidden));
+      fc2_ = register_module("down_proj", torch::nn::Linear(hidden, dim));
+      break;
+  }
+}
+
+at::Tensor VisionMlpImpl::forward(const at::Tensor& x) {
+  if (style_ == MlpStyle::kGated) {
+    return fc2_(activate(act_, fc1_(x)) * up_(x));
+  }
+  return fc2_(activate(act_, fc1_(x)));
+}
+
+VisionAttentionImpl::VisionAttentionImpl(int64_t dim, int64_t heads)
+    : dim_(dim), heads_(heads) {
+  qkv_ = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
+  proj_ = register_module("proj", torch::nn::Linear(dim, dim));
+}
+
+namespace {
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// q or k [rows, heads, head_dim], rotated in the tables' dtype (float32, as
+// HF's apply_rotary_pos_emb_vision), returned in x's dtype.
+at::Tensor apply_rotary(const at::Tensor& x, const Rotary& r) {
+  const at::Tensor xf = x.to(r.cos.scalar_type());
+  const at::Tensor cos = r.cos.unsqueeze(-2);
+  const at::Tensor sin = r.sin.unsqueeze(-2);
+  return (xf * cos + rotate_half(xf) * sin).to(x.scalar_type());
+}
+
+// Bound on one batched score tensor (elements): long frames run one at a
+// time, small ones in batches.
+constexpr int64_t kMaxScoreElements = int64_t(1) << 26;
+
+}  // namespace
+
+at::Tensor VisionAttentionImpl::forward(
+    const at::Tensor& x, const Rotary& rotary, const std::vector<int64_t>& cu) {
+  const int64_t rows = x.size(0);
+  const int64_t hd = dim_ / heads_;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const at::Tensor qkv = qkv_(x).reshape({rows, 3, heads_, hd});
+  const at::Tensor q = apply_rotary(qkv.select(1, 0), rotary);
+  const at::Tensor k = apply_rotary(qkv.select(1, 1), rotary);
+  const at::Tensor v = qkv.select(1, 2);
+  const at::ScalarType acc = accum_dtype(x.scalar_type());
+
+  std::vector<at::Tensor> pieces;
+  const auto segments = static_cast<int64_t>(cu.size()) - 1;
+  int64_t s = 0;
+  while (s < segments) {
+    const int64_t n = cu[s + 1] - cu[s];
+    // Consecutive segments of one length run as one batch; each batch entry
+    // is computed on its own (no attention across segments).
+    const int64_t max_batch = std::max<int64_t>(
+        1, kMaxScoreElements / std::max<int64_t>(1, heads_ * n * n));
+    int64_t e = s + 1;
+    while (e < segments && e - s < max_batch && cu[e + 1] - cu[e] == n) {
+      ++e;
+    }
+    const int64_t batch = e - s;
+    if (n > 0) {
+      auto seg = [&](const at::Tensor& t) {  // [batch, heads, n, hd]
+        return t.narrow(0, cu[s], batch * n)
+            .reshape({batch, n, heads_, hd})
+            .permute({0, 2, 1, 3});
+      };
+      const at::Tensor qs = seg(q), ks = seg(k), vs = seg(v);
+      at::Tensor scores = at::matmul(qs, ks.transpose(-2, -1)) * scale;
+      at::Tensor probs = at::softmax(scores, -1, acc).to(x.scalar_type());
+      at::Tensor o = at::matmul(probs, vs);  // [batch, heads, n, hd]
+      pieces.push_back(o.permute({0, 2, 1, 3}).reshape({batch * n, dim_}));
+    }
+    s = e;
+  }
+  at::Tensor attended =
+      pieces.empty() ? at::zeros({0, dim_}, x.options()) : at::cat(pieces, 0);
+  return proj_(attended);
+}
+
+VisionBlockImpl::VisionBlockImpl(
+    int64_t dim,
+    int64_t heads,
+    int64_t mlp_hidden,
+    NormKind norm,
+    Activation act,
+    MlpStyle mlp) {
+  norm1_ = register_module("norm1", Norm(dim, norm));
+  norm2_ = register_module("norm2", Norm(dim, norm));
+  attn_ = register_module("attn", VisionAttention(dim, heads));
+  mlp_ = register_module("mlp", VisionMlp(dim, mlp_hidden, act, mlp));
+}
+
+at::Tensor VisionBlockImpl::forward(
+    const at::Tensor& x, const Rotary& rotary, const std::vector<int64_t>& cu) {
+  at::Tensor h = x + attn_(norm1_(x), rotary, cu);
+  return h + mlp_(norm2_(h));
+}
+
+PatchMergerImpl::PatchMergerImpl(
+    int64_t dim,
+    int64_t out,
+    int64_t merge,
+    NormKind norm,
+    MergerStyle style,
+    bool postshuffle)
+    : merged_dim_(dim * merge * merge), postshuffle_(postshuffle) {
+  const int64_t norm_dim = postshuffle ? merged_dim_ : dim;
+  if (style == MergerStyle::kLnQ) {
+    norm_ = register_module("ln_q", Norm(norm_dim, norm));
+    // HF: nn.Sequential(Linear, GELU, Linear) -> "mlp.0", "mlp.2".
+    auto mlp = std::make_shared<torch::nn::Module>();
+    register_module("mlp", mlp);
+    fc1_ =
+        mlp->register_module("0", torch::nn::Linear(merged_dim_, merged_dim_));
+    fc2_ = mlp->register_module("2", torch::nn::Linear(merged_dim_, out));
+  } else {
+    norm_ = register_module("norm", Norm(norm_dim, norm));
+    fc1_ = register_module(
+        "linear_fc1", torch::nn::Linear(merged_dim_, merged_dim_));
+    fc2_ = register_module("linear_fc2", torch::nn::Linear(merged_dim_, out));
+  }
+}
+
+at::Tensor PatchMergerImpl::forward(const at::Tensor& x) {
+  at::Tensor y = postshuffle_ ? norm_(x.reshape({-1, merged_dim_}))
+                              : norm_(x).reshape({-1, merged_dim_});
+  return fc2_(at::gelu(fc1_(y)));
+}
+
+std::vector<std::shared_ptr<VisionBlockImpl>> register_blocks(
+    torch::nn::Module& owner,
+    int64_t count,
+    int64_t dim,
+    int64_t heads,
+    int64_t mlp_hidden,
+    NormKind norm,
+    Activation act,
+    MlpStyle mlp) {
+  torch::nn::ModuleList list;
+  std::vector<std::shared_ptr<VisionBlockImpl>> blocks;
+  for (int64_t i = 0; i < count; ++i) {
+    auto b = std::make_shared<VisionBlockImpl>(
+        dim, heads, mlp_hidden, norm, act, mlp);
+    list->push_back(b);
+    blocks.push_back(b);
+  }
+  owner.register_module("blocks", list);
+  return blocks;
+}
+
+void check_tower_dims(
+    const char* fn,
+    int64_t depth,
+    int64_t dim,
+    int64_t heads,
+    int64_t mlp_hidden,
+    int64_t out,
+    int64_t in_channels,
+    int64_t patch_size,
+    int64_t temporal_patch_size,
+    int64_t merge) {
+  TORCH_CHECK(
+      depth >= 1 && dim > 0 && mlp_hidden > 0 && out > 0 && in_channels > 0 &&
+          patch_size > 0 && temporal_patch_size > 0 && merge > 0,
+      "frameshard::",
+      fn,
+      ": expected depth >= 1 and positive width, MLP width, output width, "
+      "channels, patch sizes and merge size, got depth ",
+      depth,
+      ", width ",
+      dim,
+      ", MLP ",
+      mlp_hidden,
+      ", output ",
+      out,
+      ", channels ",
+      in_channels,
+      ", patch ",
+      patch_size,
+      ", temporal patch ",
+      temporal_patch_size,
+      ", merge ",
+      merge);
+  TORCH_CHECK(
+      heads > 0 && dim % heads == 0 && (dim / heads) % 4 == 0,
+      "frameshard::",
+      fn,
+      ": expected num_heads dividing the width ",
+      dim,
+      " into heads of a size divisible by 4 (2-D rotary), got num_heads ",
+      heads);
+}
+
+}  // namespace detail
+}  // namespace models
+}  // namespace frameshard

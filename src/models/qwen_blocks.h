@@ -1,0 +1,239 @@
+// Shared building blocks of the Qwen-VL-family vision towers (private; the
+// per-family files qwen2_vl.cpp, qwen2_5_vl.cpp and qwen3_vl.cpp assemble
+// them, the llama.cpp tools/mtmd shape). Module and parameter names are
+// Hugging Face's, so named_parameters() of a tower are the checkpoint names
+// below its prefix.
+#pragma once
+
+#include <frameshard/frames.h>
+#include <frameshard/models/qwen_vision.h>
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+namespace models {
+namespace detail {
+
+// ------------------------------------------------------------ numerics
+
+/// Where HF upcasts (softmax, rotary, RMSNorm, interpolation weights):
+/// float64 stays float64, everything else runs in float32.
+at::ScalarType accum_dtype(at::ScalarType dtype);
+
+enum class Activation { kGelu, kGeluTanh, kQuickGelu, kSilu, kRelu };
+/// HF ACT2FN names: gelu, gelu_pytorch_tanh (and gelu_new, gelu_fast,
+/// gelu_python_tanh... only the exact ones are accepted), quick_gelu,
+/// silu/swish, relu. `fn` names the caller in the error.
+Activation parse_activation(const std::string& name, const char* fn);
+at::Tensor activate(Activation act, const at::Tensor& x);
+
+// ------------------------------------------------------------ geometry
+
+/// The validated geometry of a TowerInput: grid rows, per-frame segments.
+struct FrameGeometry {
+  std::vector<GridThw> grid;
+  std::vector<int64_t> cu;  // per temporal patch, from 0 to rows
+  int64_t rows = 0;
+};
+
+/// Checks pixel_values [rows, in_features], grid_thw [n, 3] (positive, h
+/// and w divisible by merge, sum t*h*w == rows) and, when defined,
+/// cu_seqlens == the per-frame segments of grid_thw. `fn` names the tower.
+FrameGeometry check_tower_input(
+    const TowerInput& input,
+    int64_t in_features,
+    int64_t merge,
+    const char* fn);
+
+/// [rows, 2] int64 (h, w) patch coordinates of every pixel row: per frame,
+/// merge x merge windows row-major, the window's patches row-major inside
+/// (the processor's row order), repeated for every temporal index.
+at::Tensor patch_coordinates(const std::vector<GridThw>& grid, int64_t merge);
+
+/// Rotary tables [rows, head_dim] in `dtype`: per row the angles of h then
+/// w over head_dim / 4 frequencies theta^(-2i / (head_dim / 2)), the whole
+/// repeated twice (rotate_half convention).
+struct Rotary {
+  at::Tensor cos, sin;
+};
+Rotary rotary_tables(
+    const at::Tensor& coords,
+    int64_t head_dim,
+    double theta,
+    at::ScalarType dtype);
+
+/// Qwen2.5-VL windows (HF get_window_index): `index` (int64 [rows / unit])
+/// lists merge units in window order, `inverse` undoes it, `cu` holds the
+/// window segments over pixel rows (empty windows dropped).
+struct WindowIndex {
+  at::Tensor index;
+  at::Tensor inverse;
+  std::vector<int64_t> cu;
+};
+WindowIndex window_index(
+    const std::vector<GridThw>& grid,
+    int64_t merge,
+    int64_t merger_window_size);
+
+/// Rows grouped by `unit` consecutive rows, reordered by `index`.
+at::Tensor permute_units(
+    const at::Tensor& x, const at::Tensor& index, int64_t unit);
+
+/// Qwen3-VL's learned positions: bilinear (align_corners) taps into the
+/// side x side table for every pixel row: indices int64 [rows, 4], weights
+/// [rows, 4] in `dtype` (taps (h0,w0), (h0,w1), (h1,w0), (h1,w1)).
+struct Interpolation {
+  at::Tensor indices, weights;
+};
+Interpolation bilinear_positions(
+    const std::vector<GridThw>& grid,
+    const at::Tensor& coords,
+    int64_t side,
+    at::ScalarType dtype);
+
+// ------------------------------------------------------------ modules
+
+enum class NormKind { kLayerNorm, kRMSNorm };
+
+/// LayerNorm (weight, bias) or HF's RMSNorm (weight), eps 1e-6.
+class NormImpl : public torch::nn::Module {
+ public:
+  NormImpl(int64_t dim, NormKind kind, double eps = 1e-6);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  NormKind kind_;
+  double eps_;
+  int64_t dim_;
+  at::Tensor weight_, bias_;
+};
+TORCH_MODULE(Norm);
+
+/// HF's Conv3d patch embedding as a Linear over the flattened row:
+/// "proj.weight" [dim, C, T, P, P] (+ "proj.bias").
+class PatchEmbedImpl : public torch::nn::Module {
+ public:
+  PatchEmbedImpl(
+      int64_t in_channels,
+      int64_t temporal_patch_size,
+      int64_t patch_size,
+      int64_t dim,
+      bool bias);
+  at::Tensor forward(const at::Tensor& pixels);
+
+ private:
+  int64_t dim_;
+  at::Tensor weight_, bias_;
+};
+
+/// Parameter names of the MLP: fc1/fc2 (Qwen2-VL), gate_proj/up_proj/
+/// down_proj with act(gate) * up (Qwen2.5-VL), linear_fc1/linear_fc2
+/// (Qwen3-VL).
+enum class MlpStyle { kFc, kGated, kLinearFc };
+
+class VisionMlpImpl : public torch::nn::Module {
+ public:
+  VisionMlpImpl(int64_t dim, int64_t hidden, Activation act, MlpStyle style);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  Activation act_;
+  MlpStyle style_;
+  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr}, up_{nullptr};
+};
+TORCH_MODULE(VisionMlp);
+
+/// Multi-head self-attention ("qkv", "proj") with 2-D rotary q/k, strictly
+/// inside the segments of `cu` (HF's eager path, one segment at a time;
+/// equal consecutive segments run as one batched matmul).
+class VisionAttentionImpl : public torch::nn::Module {
+ public:
+  VisionAttentionImpl(int64_t dim, int64_t heads);
+  at::Tensor forward(
+      const at::Tensor& x,
+      const Rotary& rotary,
+      const std::vector<int64_t>& cu);
+
+ private:
+  int64_t dim_, heads_;
+  torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
+};
+TORCH_MODULE(VisionAttention);
+
+/// Pre-norm block: x + attn(norm1(x)), then x + mlp(norm2(x)).
+class VisionBlockImpl : public torch::nn::Module {
+ public:
+  VisionBlockImpl(
+      int64_t dim,
+      int64_t heads,
+      int64_t mlp_hidden,
+      NormKind norm,
+      Activation act,
+      MlpStyle mlp);
+  at::Tensor forward(
+      const at::Tensor& x,
+      const Rotary& rotary,
+      const std::vector<int64_t>& cu);
+
+ private:
+  Norm norm1_{nullptr}, norm2_{nullptr};
+  VisionAttention attn_{nullptr};
+  VisionMlp mlp_{nullptr};
+};
+
+/// Parameter names of the merger: "ln_q" + "mlp.0"/"mlp.2" (Qwen2-VL,
+/// Qwen2.5-VL) or "norm" + "linear_fc1"/"linear_fc2" (Qwen3-VL).
+enum class MergerStyle { kLnQ, kLinearFc };
+
+/// norm, merge x merge rows -> one, Linear, exact GELU, Linear to `out`.
+/// `postshuffle`: the norm runs over the merged width (DeepStack mergers).
+class PatchMergerImpl : public torch::nn::Module {
+ public:
+  PatchMergerImpl(
+      int64_t dim,
+      int64_t out,
+      int64_t merge,
+      NormKind norm,
+      MergerStyle style,
+      bool postshuffle);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  int64_t merged_dim_;
+  bool postshuffle_;
+  Norm norm_{nullptr};
+  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+
+/// Registers `count` blocks as "blocks.<i>" of `owner`.
+std::vector<std::shared_ptr<VisionBlockImpl>> register_blocks(
+    torch::nn::Module& owner,
+    int64_t count,
+    int64_t dim,
+    int64_t heads,
+    int64_t mlp_hidden,
+    NormKind norm,
+    Activation act,
+    MlpStyle mlp);
+
+/// Shared config checks (positive sizes, heads dividing the width, a head
+/// dim divisible by 4 for the 2-D rotary). `fn` names the tower.
+void check_tower_dims(
+    const char* fn,
+    int64_t depth,
+    int64_t dim,
+    int64_t heads,
+    int64_t mlp_hidden,
+    int64_t out,
+    int64_t in_channels,
+    int64_t patch_size,
+    int64_t temporal_patch_size,
+    int64_t merge);
+
+}  // namespace detail
+}  // namespace models
+}  // namespace frameshard
