@@ -25,6 +25,7 @@
 // Exit codes: 0 success, 2 an error (bad option or file, a rank failed).
 
 #include "commands.h"
+#include "rank_processes.h"
 
 #include <frameshard/encode.h>
 #include <frameshard/error.h>
@@ -37,16 +38,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include <signal.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -54,7 +46,6 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace frameshard {
@@ -389,35 +380,8 @@ int run_worker(const EncodeArgs& a) {
   return 0;
 }
 
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) {
-    return "exited with code " + std::to_string(WEXITSTATUS(status));
-  }
-  if (WIFSIGNALED(status)) {
-    return "was killed by signal " + std::to_string(WTERMSIG(status));
-  }
-  return "ended with status " + std::to_string(status);
-}
-
-struct DirGuard {
-  std::string path;
-  ~DirGuard() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 int run_parent(const EncodeArgs& a) {
-  FRAMESHARD_CHECK(
-      a.nproc >= 1 && a.nproc <= 64,
-      "encode",
-      "expected --nproc in [1, 64], got ",
-      a.nproc);
-  FRAMESHARD_CHECK(
-      a.timeout_ms > 0,
-      "encode",
-      "expected --timeout-ms > 0, got ",
-      a.timeout_ms);
+  check_rank_options("encode", a.nproc, a.timeout_ms);
   check_dtype_supported(parse_dtype(a.dtype));
   if (a.nproc == 1) {
     return run_single(a);
@@ -428,19 +392,13 @@ int run_parent(const EncodeArgs& a) {
   const Inputs in = read_inputs(a.inputs, config);
   make_plan(in.grid, encode_plan_options(a, config));
 
-  std::string tmpl =
-      (std::filesystem::temp_directory_path() / "frameshard_encode_XXXXXX")
-          .string();
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  FRAMESHARD_CHECK(
-      mkdtemp(buf.data()) != nullptr,
-      "encode",
-      "expected a temporary directory, got errno ",
-      errno);
-  DirGuard dir{buf.data()};
-
-  std::vector<std::string> common{
+  TempDir dir("encode");
+  RankLaunch launch;
+  launch.command = "encode";
+  launch.nproc = a.nproc;
+  launch.store_path = dir.path() + "/store";
+  launch.timeout = std::chrono::milliseconds(a.timeout_ms);
+  launch.worker_args = {
       "--model-dir",
       std::filesystem::absolute(a.model_dir).string(),
       "--inputs",
@@ -452,100 +410,20 @@ int run_parent(const EncodeArgs& a) {
       "--nproc",
       std::to_string(a.nproc),
       "--timeout-ms",
-      std::to_string(a.timeout_ms),
-      "--store-path",
-      dir.path + "/store"};
+      std::to_string(a.timeout_ms)};
+  std::vector<std::string>& w = launch.worker_args;
   if (!a.partitioner.empty()) {
-    common.insert(common.end(), {"--partitioner", a.partitioner});
+    w.insert(w.end(), {"--partitioner", a.partitioner});
   }
   if (a.min_local_patch_rows >= 0) {
-    common.insert(
-        common.end(),
+    w.insert(
+        w.end(),
         {"--min-local-patch-rows", std::to_string(a.min_local_patch_rows)});
   }
   if (a.json) {
-    common.push_back("--json");
+    w.push_back("--json");
   }
-
-  std::cout << std::flush;
-  std::cerr << std::flush;
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < a.nproc; ++rank) {
-    std::vector<std::string> args{
-        "frameshard", "encode", "--worker-rank", std::to_string(rank)};
-    args.insert(args.end(), common.begin(), common.end());
-    std::vector<char*> argv;
-    for (auto& s : args) {
-      argv.push_back(s.data());
-    }
-    argv.push_back(nullptr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      execv("/proc/self/exe", argv.data());
-      std::fprintf(stderr, "error: encode: exec of /proc/self/exe failed\n");
-      _exit(127);
-    }
-    if (pid < 0) {
-      for (pid_t p : pids) {
-        kill(p, SIGKILL);
-        waitpid(p, nullptr, 0);
-      }
-      detail::fail("encode", "expected fork to succeed, got errno ", errno);
-    }
-    pids.push_back(pid);
-  }
-
-  // Once one rank fails, the others get the collective timeout plus a grace
-  // period to notice and exit; then they are killed.
-  std::vector<int> status(a.nproc, 0);
-  std::vector<bool> done(a.nproc, false);
-  int remaining = a.nproc;
-  auto kill_at = Clock::time_point::max();
-  bool failed = false;
-  const auto grace =
-      std::chrono::milliseconds(a.timeout_ms) + std::chrono::seconds(5);
-  while (remaining > 0) {
-    bool progressed = false;
-    for (int r = 0; r < a.nproc; ++r) {
-      if (done[r]) {
-        continue;
-      }
-      int st = 0;
-      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
-        done[r] = true;
-        status[r] = st;
-        --remaining;
-        progressed = true;
-        const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (!ok && !failed) {
-          failed = true;
-          kill_at = Clock::now() + grace;
-        }
-      }
-    }
-    if (remaining > 0 && Clock::now() >= kill_at) {
-      for (int r = 0; r < a.nproc; ++r) {
-        if (!done[r]) {
-          std::cerr << "error: encode: rank " << r
-                    << " still running after a peer failed; killing it\n";
-          kill(pids[r], SIGKILL);
-        }
-      }
-      kill_at = Clock::time_point::max();
-    }
-    if (!progressed) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  int code = 0;
-  for (int r = 0; r < a.nproc; ++r) {
-    if (!(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0)) {
-      std::cerr << "error: encode: rank " << r << " "
-                << describe_status(status[r]) << "\n";
-      code = 2;
-    }
-  }
-  return code;
+  return run_rank_processes(launch);
 }
 
 }  // namespace
@@ -601,17 +479,8 @@ void register_encode_command(CLI::App& app) {
   cmd->callback([args] {
     int code = 0;
     if (args->worker_rank >= 0) {
-      try {
-        code = run_worker(*args);
-      } catch (const c10::Error& e) {
-        std::cerr << "error: [encode rank " << args->worker_rank << "] "
-                  << e.what_without_backtrace() << "\n";
-        code = 2;
-      } catch (const std::exception& e) {
-        std::cerr << "error: [encode rank " << args->worker_rank << "] "
-                  << e.what() << "\n";
-        code = 2;
-      }
+      code = run_worker_guarded(
+          "encode", args->worker_rank, [&] { return run_worker(*args); });
     } else {
       try {
         code = run_parent(*args);

@@ -3,10 +3,14 @@
 
 #include <frameshard/error.h>
 
+#include <csignal>
 #include <exception>
 #include <iostream>
 
 int main(int argc, char** argv) {
+  // As Python does: a write to a dead peer's socket must become an error on
+  // this rank (reported, exit 2), not a SIGPIPE that kills it silently.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{
       "frameshard: shard vision-tower frames across context-parallel ranks"};
   app.require_subcommand(1);

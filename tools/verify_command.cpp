@@ -47,6 +47,7 @@
 // dying rank must be reported, never hang).
 
 #include "commands.h"
+#include "rank_processes.h"
 
 #include <frameshard/config.h>
 #include <frameshard/encode.h>
@@ -60,14 +61,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -79,7 +73,6 @@
 #include <limits>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace frameshard {
@@ -810,21 +803,25 @@ int run_worker(const VerifyArgs& a) {
 
 // ------------------------------------------------------------- parent
 
-std::vector<std::string> worker_argv(
-    const VerifyArgs& a,
-    int rank,
-    const std::string& dir,
-    const std::string& label) {
-  std::vector<std::string> v{"frameshard",       "verify",
-                             "--worker-rank",    std::to_string(rank),
-                             "--store-path",     dir + "/store",
-                             "--workload",       dir + "/workload.json",
-                             "--workload-label", label,
-                             "--scale",          "1",
-                             "--nproc",          std::to_string(a.nproc),
-                             "--seed",           std::to_string(a.seed),
-                             "--dtype",          a.dtype,
-                             "--timeout-ms",     std::to_string(a.timeout_ms)};
+// The options of every worker (the launcher adds --worker-rank and
+// --store-path).
+std::vector<std::string> worker_args(
+    const VerifyArgs& a, const std::string& dir, const std::string& label) {
+  std::vector<std::string> v{
+      "--workload",
+      dir + "/workload.json",
+      "--workload-label",
+      label,
+      "--scale",
+      "1",
+      "--nproc",
+      std::to_string(a.nproc),
+      "--seed",
+      std::to_string(a.seed),
+      "--dtype",
+      a.dtype,
+      "--timeout-ms",
+      std::to_string(a.timeout_ms)};
   if (!a.partitioner.empty()) {
     v.insert(v.end(), {"--partitioner", a.partitioner});
   }
@@ -847,36 +844,8 @@ std::vector<std::string> worker_argv(
   return v;
 }
 
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) {
-    return "exited with code " + std::to_string(WEXITSTATUS(status));
-  }
-  if (WIFSIGNALED(status)) {
-    return "was killed by signal " + std::to_string(WTERMSIG(status));
-  }
-  return "ended with status " + std::to_string(status);
-}
-
-// Removes the rendezvous directory however the parent leaves.
-struct DirGuard {
-  std::string path;
-  ~DirGuard() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 int run_parent(const VerifyArgs& a) {
-  FRAMESHARD_CHECK(
-      a.nproc >= 1 && a.nproc <= 64,
-      "verify",
-      "expected --nproc in [1, 64], got ",
-      a.nproc);
-  FRAMESHARD_CHECK(
-      a.timeout_ms > 0,
-      "verify",
-      "expected --timeout-ms > 0, got ",
-      a.timeout_ms);
+  check_rank_options("verify", a.nproc, a.timeout_ms);
   FRAMESHARD_CHECK(
       a.max_frame_patches >= 0 && a.max_patches >= 0,
       "verify",
@@ -897,118 +866,24 @@ int run_parent(const VerifyArgs& a) {
              std::to_string(workload_sizes(r.workload).total) + " patch rows)";
   }
 
-  std::string tmpl =
-      (std::filesystem::temp_directory_path() / "frameshard_verify_XXXXXX")
-          .string();
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  FRAMESHARD_CHECK(
-      mkdtemp(buf.data()) != nullptr,
-      "verify",
-      "expected a temporary directory, got errno ",
-      errno);
-  DirGuard dir{buf.data()};
+  TempDir dir("verify");
   {
     Workload wl = r.workload;
     wl.name = r.label;
-    std::ofstream f(dir.path + "/workload.json");
+    std::ofstream f(dir.path() + "/workload.json");
     f << to_json(wl);
     FRAMESHARD_CHECK(
-        f.good(), "verify", "expected to write ", dir.path, "/workload.json");
+        f.good(), "verify", "expected to write ", dir.path(), "/workload.json");
   }
 
-  std::cout << std::flush;
-  std::cerr << std::flush;
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < a.nproc; ++rank) {
-    const auto args = worker_argv(a, rank, dir.path, label);
-    std::vector<char*> argv;
-    for (const auto& s : args) {
-      argv.push_back(const_cast<char*>(s.c_str()));
-    }
-    argv.push_back(nullptr);
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid == 0) {
-      // A worker must not outlive the parent (e.g. killed by a CI timeout).
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) {
-        _exit(127);
-      }
-      execv("/proc/self/exe", argv.data());
-      std::fprintf(stderr, "error: verify: exec of /proc/self/exe failed\n");
-      _exit(127);
-    }
-    if (pid < 0) {
-      for (pid_t p : pids) {
-        kill(p, SIGKILL);
-        waitpid(p, nullptr, 0);
-      }
-      detail::fail("verify", "expected fork to succeed, got errno ", errno);
-    }
-    pids.push_back(pid);
-  }
-
-  // Wait for every rank. Once one fails, the others get the collective
-  // timeout plus a grace period to notice and exit; then they are killed.
-  std::vector<int> status(a.nproc, 0);
-  std::vector<bool> done(a.nproc, false);
-  int remaining = a.nproc;
-  bool failed = false;
-  Clock::time_point kill_at = Clock::time_point::max();
-  const auto grace =
-      std::chrono::milliseconds(a.timeout_ms) + std::chrono::seconds(5);
-  while (remaining > 0) {
-    bool progressed = false;
-    for (int r = 0; r < a.nproc; ++r) {
-      if (done[r]) {
-        continue;
-      }
-      int st = 0;
-      const pid_t got = waitpid(pids[r], &st, WNOHANG);
-      if (got == pids[r]) {
-        done[r] = true;
-        status[r] = st;
-        --remaining;
-        progressed = true;
-        const bool ok =
-            WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 1);
-        if (!ok && !failed) {
-          failed = true;
-          kill_at = Clock::now() + grace;
-        }
-      }
-    }
-    if (remaining > 0 && Clock::now() >= kill_at) {
-      for (int r = 0; r < a.nproc; ++r) {
-        if (!done[r]) {
-          std::cerr << "error: verify: rank " << r
-                    << " still running after a peer failed; killing it\n";
-          kill(pids[r], SIGKILL);
-        }
-      }
-      kill_at = Clock::time_point::max();
-    }
-    if (!progressed) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
-  int code = 0;
-  for (int r = 0; r < a.nproc; ++r) {
-    const int st = status[r];
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-      continue;
-    }
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 1) {
-      code = std::max(code, 1);
-      continue;
-    }
-    std::cerr << "error: verify: rank " << r << " " << describe_status(st)
-              << "\n";
-    code = 2;
-  }
-  return code;
+  RankLaunch launch;
+  launch.command = "verify";
+  launch.nproc = a.nproc;
+  launch.store_path = dir.path() + "/store";
+  launch.worker_args = worker_args(a, dir.path(), label);
+  launch.timeout = std::chrono::milliseconds(a.timeout_ms);
+  launch.max_result_code = 1;  // a difference above tolerance
+  return run_rank_processes(launch);
 }
 
 }  // namespace
@@ -1090,17 +965,8 @@ void register_verify_command(CLI::App& app) {
   cmd->callback([args] {
     int code = 0;
     if (args->worker_rank >= 0) {
-      try {
-        code = run_worker(*args);
-      } catch (const c10::Error& e) {
-        std::cerr << "error: [verify rank " << args->worker_rank << "] "
-                  << e.what_without_backtrace() << "\n";
-        code = 2;
-      } catch (const std::exception& e) {
-        std::cerr << "error: [verify rank " << args->worker_rank << "] "
-                  << e.what() << "\n";
-        code = 2;
-      }
+      code = run_worker_guarded(
+          "verify", args->worker_rank, [&] { return run_worker(*args); });
     } else {
       code = run_parent(*args);
     }

@@ -19,6 +19,13 @@
 //
 // Collective: every group constructor is collective over the group's members
 // (they rendezvous through the store).
+//
+// Signals: Gloo writes to its peers' sockets; when a peer has died, such a
+// write raises SIGPIPE, whose default action kills the process. Python (and
+// so torch.distributed) ignores SIGPIPE; a C++ program should do the same
+// (`std::signal(SIGPIPE, SIG_IGN)` in main, as the frameshard tool and tests
+// do) so that a dead peer becomes an error on the survivors. A library does
+// not change process-wide signal handling behind the caller's back.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>

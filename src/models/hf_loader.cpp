@@ -4,6 +4,8 @@
 // that lists every missing, unexpected and mis-shaped tensor.
 #include <frameshard/models/qwen_vision.h>
 
+#include "models/file_checks.h"
+
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 
 namespace frameshard {
@@ -201,16 +204,7 @@ const FamilyType kFamilies[] = {
 };
 
 std::string read_text(const std::string& path, const char* fn) {
-  std::error_code ec;
-  TORCH_CHECK(
-      fs::is_regular_file(path, ec),
-      "frameshard::",
-      fn,
-      ": expected a readable file at ",
-      path,
-      ", got ",
-      fs::exists(path, ec) ? "something that is not a regular file"
-                           : "no such file");
+  detail::check_regular_file(path, fn);
   std::ifstream in(path);
   TORCH_CHECK(in, "frameshard::", fn, ": cannot open ", path);
   std::ostringstream os;
@@ -241,6 +235,20 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
+// `f` applied to the config of c's family (the other two are unused).
+template <typename F>
+auto visit_family(const QwenVisionConfig& c, F&& f) {
+  switch (c.family) {
+    case QwenFamily::kQwen2VL:
+      return f(c.qwen2_vl);
+    case QwenFamily::kQwen2_5VL:
+      return f(c.qwen2_5_vl);
+    case QwenFamily::kQwen3VL:
+      break;
+  }
+  return f(c.qwen3_vl);
+}
+
 }  // namespace
 
 std::string to_string(QwenFamily family) {
@@ -258,51 +266,28 @@ std::string to_string(QwenFamily family) {
 // ------------------------------------------------------------ config
 
 int64_t QwenVisionConfig::in_features() const {
-  switch (family) {
-    case QwenFamily::kQwen2VL:
-      return qwen2_vl.in_features();
-    case QwenFamily::kQwen2_5VL:
-      return qwen2_5_vl.in_features();
-    case QwenFamily::kQwen3VL:
-      break;
-  }
-  return qwen3_vl.in_features();
+  return visit_family(*this, [](const auto& c) { return c.in_features(); });
 }
 
 int64_t QwenVisionConfig::spatial_merge_size() const {
-  switch (family) {
-    case QwenFamily::kQwen2VL:
-      return qwen2_vl.spatial_merge_size;
-    case QwenFamily::kQwen2_5VL:
-      return qwen2_5_vl.spatial_merge_size;
-    case QwenFamily::kQwen3VL:
-      break;
-  }
-  return qwen3_vl.spatial_merge_size;
+  return visit_family(
+      *this, [](const auto& c) { return c.spatial_merge_size; });
 }
 
 int64_t QwenVisionConfig::temporal_patch_size() const {
-  switch (family) {
-    case QwenFamily::kQwen2VL:
-      return qwen2_vl.temporal_patch_size;
-    case QwenFamily::kQwen2_5VL:
-      return qwen2_5_vl.temporal_patch_size;
-    case QwenFamily::kQwen3VL:
-      break;
-  }
-  return qwen3_vl.temporal_patch_size;
+  return visit_family(
+      *this, [](const auto& c) { return c.temporal_patch_size; });
 }
 
 int64_t QwenVisionConfig::out_hidden_size() const {
-  switch (family) {
-    case QwenFamily::kQwen2VL:
-      return qwen2_vl.hidden_size;
-    case QwenFamily::kQwen2_5VL:
-      return qwen2_5_vl.out_hidden_size;
-    case QwenFamily::kQwen3VL:
-      break;
-  }
-  return qwen3_vl.out_hidden_size;
+  return visit_family(*this, [](const auto& c) -> int64_t {
+    using C = std::decay_t<decltype(c)>;
+    if constexpr (std::is_same<C, Qwen2VLVisionConfig>::value) {
+      return c.hidden_size;  // Qwen2-VL's name for the merger output
+    } else {
+      return c.out_hidden_size;
+    }
+  });
 }
 
 std::vector<std::string> QwenVisionConfig::output_names() const {
@@ -493,16 +478,9 @@ TowerDims tower_dims(const Qwen3VLVisionConfig& c) {
 }
 
 TowerDims tower_dims(const QwenVisionConfig& c) {
-  switch (c.family) {
-    case QwenFamily::kQwen2VL:
-      return tower_dims(c.qwen2_vl);
-    case QwenFamily::kQwen2_5VL:
-      return tower_dims(c.qwen2_5_vl);
-    case QwenFamily::kQwen3VL:
-      break;
-  }
-  TowerDims d = tower_dims(c.qwen3_vl);
-  if (starts_with(c.model_type, "qwen3_5")) {
+  TowerDims d = visit_family(c, [](const auto& v) { return tower_dims(v); });
+  if (c.family == QwenFamily::kQwen3VL &&
+      starts_with(c.model_type, "qwen3_5")) {
     d.name = "qwen3.5";
   }
   return d;
@@ -520,25 +498,20 @@ MediaLayout media_layout(const QwenVisionConfig& c) {
 QwenVisionModel make_qwen_vision(const QwenVisionConfig& config) {
   QwenVisionModel m;
   m.config = config;
+  auto hold = [&m](auto tower) {
+    m.module = tower.ptr();
+    m.tower = as_vision_tower(tower);
+  };
   switch (config.family) {
-    case QwenFamily::kQwen2VL: {
-      Qwen2VLVisionTower t(config.qwen2_vl);
-      m.module = t.ptr();
-      m.tower = as_vision_tower(t);
+    case QwenFamily::kQwen2VL:
+      hold(Qwen2VLVisionTower(config.qwen2_vl));
       break;
-    }
-    case QwenFamily::kQwen2_5VL: {
-      Qwen2_5VLVisionTower t(config.qwen2_5_vl);
-      m.module = t.ptr();
-      m.tower = as_vision_tower(t);
+    case QwenFamily::kQwen2_5VL:
+      hold(Qwen2_5VLVisionTower(config.qwen2_5_vl));
       break;
-    }
-    case QwenFamily::kQwen3VL: {
-      Qwen3VLVisionTower t(config.qwen3_vl);
-      m.module = t.ptr();
-      m.tower = as_vision_tower(t);
+    case QwenFamily::kQwen3VL:
+      hold(Qwen3VLVisionTower(config.qwen3_vl));
       break;
-    }
   }
   return m;
 }

@@ -9,8 +9,6 @@
 
 #include "models/qwen_blocks.h"
 
-#include <algorithm>
-
 namespace frameshard {
 namespace models {
 
@@ -22,25 +20,31 @@ int64_t Qwen2_5VLVisionConfig::merger_window_size() const {
   return window_size / spatial_merge_size / patch_size;
 }
 
+namespace {
+
+detail::TowerSpec spec_of(const Qwen2_5VLVisionConfig& c) {
+  detail::TowerSpec s = detail::common_spec(c, "Qwen2_5VLVisionTower");
+  s.dim = c.hidden_size;
+  s.mlp_hidden = c.intermediate_size;
+  s.out = c.out_hidden_size;
+  s.patch_bias = false;
+  s.norm = detail::NormKind::kRMSNorm;
+  s.mlp = detail::MlpStyle::kGated;
+  s.merger = detail::MergerStyle::kLnQ;
+  return s;
+}
+
+}  // namespace
+
 Qwen2_5VLVisionTowerImpl::Qwen2_5VLVisionTowerImpl(
     const Qwen2_5VLVisionConfig& c)
     : config_(c) {
-  const char* fn = "Qwen2_5VLVisionTower";
-  detail::check_tower_dims(
-      fn,
-      c.depth,
-      c.hidden_size,
-      c.num_heads,
-      c.intermediate_size,
-      c.out_hidden_size,
-      c.in_channels,
-      c.patch_size,
-      c.temporal_patch_size,
-      c.spatial_merge_size);
+  const detail::TowerSpec s = spec_of(c);
+  detail::check_tower_spec(s);
   TORCH_CHECK(
       c.merger_window_size() >= 1,
       "frameshard::",
-      fn,
+      s.name,
       ": expected window_size >= spatial_merge_size * patch_size (",
       c.spatial_merge_size * c.patch_size,
       "), got ",
@@ -49,73 +53,43 @@ Qwen2_5VLVisionTowerImpl::Qwen2_5VLVisionTowerImpl(
     TORCH_CHECK(
         i >= 0 && i < c.depth,
         "frameshard::",
-        fn,
+        s.name,
         ": expected fullatt_block_indexes in [0, ",
         c.depth,
         "), got ",
         i);
   }
-  const detail::Activation act = detail::parse_activation(c.hidden_act, fn);
-  patch_embed_ = register_module(
-      "patch_embed",
-      std::make_shared<detail::PatchEmbedImpl>(
-          c.in_channels,
-          c.temporal_patch_size,
-          c.patch_size,
-          c.hidden_size,
-          /*bias=*/false));
-  blocks_ = detail::register_blocks(
-      *this,
-      c.depth,
-      c.hidden_size,
-      c.num_heads,
-      c.intermediate_size,
-      detail::NormKind::kRMSNorm,
-      act,
-      detail::MlpStyle::kGated);
-  merger_ = register_module(
-      "merger",
-      std::make_shared<detail::PatchMergerImpl>(
-          c.hidden_size,
-          c.out_hidden_size,
-          c.spatial_merge_size,
-          detail::NormKind::kRMSNorm,
-          detail::MergerStyle::kLnQ,
-          /*postshuffle=*/false));
+  patch_embed_ = detail::register_patch_embed(*this, s);
+  blocks_ = detail::register_blocks(*this, s);
+  merger_ = register_module("merger", detail::make_merger(s, false));
 }
 
 std::vector<at::Tensor> Qwen2_5VLVisionTowerImpl::forward(
     const TowerInput& input) {
-  const auto& c = config_;
-  const int64_t unit = c.spatial_merge_size * c.spatial_merge_size;
-  const auto geo = detail::check_tower_input(
-      input, c.in_features(), c.spatial_merge_size, "Qwen2_5VLVisionTower");
-  const auto win = detail::window_index(
-      geo.grid, c.spatial_merge_size, c.merger_window_size());
+  const detail::TowerSpec s = spec_of(config_);
+  const int64_t unit = s.merge * s.merge;
+  const auto geo =
+      detail::check_tower_input(input, config_.in_features(), s.merge, s.name);
+  const auto win =
+      detail::window_index(geo.grid, s.merge, config_.merger_window_size());
   at::Tensor x = patch_embed_->forward(input.pixel_values);
   x = detail::permute_units(x, win.index, unit);
-  auto rotary = detail::rotary_tables(
-      detail::patch_coordinates(geo.grid, c.spatial_merge_size).to(x.device()),
-      c.hidden_size / c.num_heads,
-      c.rope_theta,
-      detail::accum_dtype(x.scalar_type()));
+  auto rotary =
+      detail::tower_rotary(s, detail::patch_coordinates(geo.grid, s.merge), x);
   rotary.cos = detail::permute_units(rotary.cos, win.index, unit);
   rotary.sin = detail::permute_units(rotary.sin, win.index, unit);
-  const auto& full = c.fullatt_block_indexes;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     // Full-attention layers use the per-frame segments: the window
     // permutation keeps every frame's rows inside its own segment.
     const bool full_attention =
-        std::find(full.begin(), full.end(), static_cast<int64_t>(i)) !=
-        full.end();
+        detail::layer_slot(config_.fullatt_block_indexes, i) >= 0;
     x = blocks_[i]->forward(x, rotary, full_attention ? geo.cu : win.cu);
   }
   return {merger_->forward(x).index_select(0, win.inverse.to(x.device()))};
 }
 
 VisionTower as_vision_tower(Qwen2_5VLVisionTower tower) {
-  std::shared_ptr<Qwen2_5VLVisionTowerImpl> impl = tower.ptr();
-  return [impl](const TowerInput& input) { return impl->forward(input); };
+  return detail::tower_function(tower.ptr());
 }
 
 }  // namespace models

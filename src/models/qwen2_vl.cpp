@@ -18,60 +18,39 @@ int64_t Qwen2VLVisionConfig::in_features() const {
   return in_channels * temporal_patch_size * patch_size * patch_size;
 }
 
+namespace {
+
+detail::TowerSpec spec_of(const Qwen2VLVisionConfig& c) {
+  detail::TowerSpec s = detail::common_spec(c, "Qwen2VLVisionTower");
+  s.dim = c.embed_dim;
+  s.mlp_hidden = c.intermediate_size();
+  s.out = c.hidden_size;
+  s.patch_bias = false;
+  s.norm = detail::NormKind::kLayerNorm;
+  s.mlp = detail::MlpStyle::kFc;
+  s.merger = detail::MergerStyle::kLnQ;
+  return s;
+}
+
+}  // namespace
+
 Qwen2VLVisionTowerImpl::Qwen2VLVisionTowerImpl(const Qwen2VLVisionConfig& c)
     : config_(c) {
-  const char* fn = "Qwen2VLVisionTower";
-  detail::check_tower_dims(
-      fn,
-      c.depth,
-      c.embed_dim,
-      c.num_heads,
-      c.intermediate_size(),
-      c.hidden_size,
-      c.in_channels,
-      c.patch_size,
-      c.temporal_patch_size,
-      c.spatial_merge_size);
-  const detail::Activation act = detail::parse_activation(c.hidden_act, fn);
-  patch_embed_ = register_module(
-      "patch_embed",
-      std::make_shared<detail::PatchEmbedImpl>(
-          c.in_channels,
-          c.temporal_patch_size,
-          c.patch_size,
-          c.embed_dim,
-          /*bias=*/false));
-  blocks_ = detail::register_blocks(
-      *this,
-      c.depth,
-      c.embed_dim,
-      c.num_heads,
-      c.intermediate_size(),
-      detail::NormKind::kLayerNorm,
-      act,
-      detail::MlpStyle::kFc);
-  merger_ = register_module(
-      "merger",
-      std::make_shared<detail::PatchMergerImpl>(
-          c.embed_dim,
-          c.hidden_size,
-          c.spatial_merge_size,
-          detail::NormKind::kLayerNorm,
-          detail::MergerStyle::kLnQ,
-          /*postshuffle=*/false));
+  const detail::TowerSpec s = spec_of(c);
+  detail::check_tower_spec(s);
+  patch_embed_ = detail::register_patch_embed(*this, s);
+  blocks_ = detail::register_blocks(*this, s);
+  merger_ = register_module("merger", detail::make_merger(s, false));
 }
 
 std::vector<at::Tensor> Qwen2VLVisionTowerImpl::forward(
     const TowerInput& input) {
-  const auto& c = config_;
-  const auto geo = detail::check_tower_input(
-      input, c.in_features(), c.spatial_merge_size, "Qwen2VLVisionTower");
+  const detail::TowerSpec s = spec_of(config_);
+  const auto geo =
+      detail::check_tower_input(input, config_.in_features(), s.merge, s.name);
   at::Tensor x = patch_embed_->forward(input.pixel_values);
-  const auto rotary = detail::rotary_tables(
-      detail::patch_coordinates(geo.grid, c.spatial_merge_size).to(x.device()),
-      c.embed_dim / c.num_heads,
-      c.rope_theta,
-      detail::accum_dtype(x.scalar_type()));
+  const auto rotary =
+      detail::tower_rotary(s, detail::patch_coordinates(geo.grid, s.merge), x);
   for (const auto& block : blocks_) {
     x = block->forward(x, rotary, geo.cu);
   }
@@ -79,8 +58,7 @@ std::vector<at::Tensor> Qwen2VLVisionTowerImpl::forward(
 }
 
 VisionTower as_vision_tower(Qwen2VLVisionTower tower) {
-  std::shared_ptr<Qwen2VLVisionTowerImpl> impl = tower.ptr();
-  return [impl](const TowerInput& input) { return impl->forward(input); };
+  return detail::tower_function(tower.ptr());
 }
 
 }  // namespace models

@@ -10,7 +10,6 @@
 
 #include "models/qwen_blocks.h"
 
-#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -34,24 +33,30 @@ int64_t Qwen3VLVisionConfig::num_grid_per_side() const {
   return s;
 }
 
+namespace {
+
+detail::TowerSpec spec_of(const Qwen3VLVisionConfig& c) {
+  detail::TowerSpec s = detail::common_spec(c, "Qwen3VLVisionTower");
+  s.dim = c.hidden_size;
+  s.mlp_hidden = c.intermediate_size;
+  s.out = c.out_hidden_size;
+  s.patch_bias = true;
+  s.norm = detail::NormKind::kLayerNorm;
+  s.mlp = detail::MlpStyle::kLinearFc;
+  s.merger = detail::MergerStyle::kLinearFc;
+  return s;
+}
+
+}  // namespace
+
 Qwen3VLVisionTowerImpl::Qwen3VLVisionTowerImpl(const Qwen3VLVisionConfig& c)
     : config_(c) {
-  const char* fn = "Qwen3VLVisionTower";
-  detail::check_tower_dims(
-      fn,
-      c.depth,
-      c.hidden_size,
-      c.num_heads,
-      c.intermediate_size,
-      c.out_hidden_size,
-      c.in_channels,
-      c.patch_size,
-      c.temporal_patch_size,
-      c.spatial_merge_size);
+  const detail::TowerSpec s = spec_of(c);
+  detail::check_tower_spec(s);
   TORCH_CHECK(
       c.num_position_embeddings >= 1,
       "frameshard::",
-      fn,
+      s.name,
       ": expected num_position_embeddings >= 1, got ",
       c.num_position_embeddings);
   std::set<int64_t> seen;
@@ -59,54 +64,24 @@ Qwen3VLVisionTowerImpl::Qwen3VLVisionTowerImpl(const Qwen3VLVisionConfig& c)
     TORCH_CHECK(
         i >= 0 && i < c.depth && seen.insert(i).second,
         "frameshard::",
-        fn,
+        s.name,
         ": expected distinct deepstack_visual_indexes in [0, ",
         c.depth,
         "), got ",
         i);
   }
-  const detail::Activation act = detail::parse_activation(c.hidden_act, fn);
-  patch_embed_ = register_module(
-      "patch_embed",
-      std::make_shared<detail::PatchEmbedImpl>(
-          c.in_channels,
-          c.temporal_patch_size,
-          c.patch_size,
-          c.hidden_size,
-          /*bias=*/true));
+  patch_embed_ = detail::register_patch_embed(*this, s);
   pos_embed_ = register_module(
       "pos_embed",
       torch::nn::Embedding(c.num_position_embeddings, c.hidden_size));
-  blocks_ = detail::register_blocks(
-      *this,
-      c.depth,
-      c.hidden_size,
-      c.num_heads,
-      c.intermediate_size,
-      detail::NormKind::kLayerNorm,
-      act,
-      detail::MlpStyle::kLinearFc);
-  merger_ = register_module(
-      "merger",
-      std::make_shared<detail::PatchMergerImpl>(
-          c.hidden_size,
-          c.out_hidden_size,
-          c.spatial_merge_size,
-          detail::NormKind::kLayerNorm,
-          detail::MergerStyle::kLinearFc,
-          /*postshuffle=*/false));
+  blocks_ = detail::register_blocks(*this, s);
+  merger_ = register_module("merger", detail::make_merger(s, false));
   if (!c.deepstack_visual_indexes.empty()) {
     torch::nn::ModuleList list;
     for (size_t k = 0; k < c.deepstack_visual_indexes.size(); ++k) {
-      auto m = std::make_shared<detail::PatchMergerImpl>(
-          c.hidden_size,
-          c.out_hidden_size,
-          c.spatial_merge_size,
-          detail::NormKind::kLayerNorm,
-          detail::MergerStyle::kLinearFc,
-          /*postshuffle=*/true);
-      list->push_back(m);
-      deepstack_mergers_.push_back(m);
+      deepstack_mergers_.push_back(
+          detail::make_merger(s, /*postshuffle=*/true));
+      list->push_back(deepstack_mergers_.back());
     }
     register_module("deepstack_merger_list", list);
   }
@@ -114,16 +89,17 @@ Qwen3VLVisionTowerImpl::Qwen3VLVisionTowerImpl(const Qwen3VLVisionConfig& c)
 
 std::vector<at::Tensor> Qwen3VLVisionTowerImpl::forward(
     const TowerInput& input) {
-  const auto& c = config_;
-  const auto geo = detail::check_tower_input(
-      input, c.in_features(), c.spatial_merge_size, "Qwen3VLVisionTower");
+  const detail::TowerSpec s = spec_of(config_);
+  const auto geo =
+      detail::check_tower_input(input, config_.in_features(), s.merge, s.name);
   at::Tensor x = patch_embed_->forward(input.pixel_values);
-  const at::ScalarType acc = detail::accum_dtype(x.scalar_type());
-  const at::Tensor coords =
-      detail::patch_coordinates(geo.grid, c.spatial_merge_size);
+  const at::Tensor coords = detail::patch_coordinates(geo.grid, s.merge);
   {
     const auto interp = detail::bilinear_positions(
-        geo.grid, coords, c.num_grid_per_side(), acc);
+        geo.grid,
+        coords,
+        config_.num_grid_per_side(),
+        detail::accum_dtype(x.scalar_type()));
     const at::Device dev = x.device();
     // HF: (pos_embed(indices) * weights[:, :, None]).sum(1), in the
     // promoted dtype, then cast to the hidden dtype.
@@ -132,26 +108,21 @@ std::vector<at::Tensor> Qwen3VLVisionTowerImpl::forward(
                          .sum(1);
     x = x + pos.to(x.scalar_type());
   }
-  const auto rotary = detail::rotary_tables(
-      coords.to(x.device()), c.hidden_size / c.num_heads, c.rope_theta, acc);
-  std::vector<at::Tensor> deepstack;
-  const auto& ds = c.deepstack_visual_indexes;
+  const auto rotary = detail::tower_rotary(s, coords, x);
+  std::vector<at::Tensor> out{at::Tensor()};  // the merger's, filled last
   for (size_t i = 0; i < blocks_.size(); ++i) {
     x = blocks_[i]->forward(x, rotary, geo.cu);
-    auto it = std::find(ds.begin(), ds.end(), static_cast<int64_t>(i));
-    if (it != ds.end()) {
-      deepstack.push_back(
-          deepstack_mergers_[static_cast<size_t>(it - ds.begin())]->forward(x));
+    const int64_t k = detail::layer_slot(config_.deepstack_visual_indexes, i);
+    if (k >= 0) {
+      out.push_back(deepstack_mergers_[static_cast<size_t>(k)]->forward(x));
     }
   }
-  std::vector<at::Tensor> out{merger_->forward(x)};
-  out.insert(out.end(), deepstack.begin(), deepstack.end());
+  out[0] = merger_->forward(x);
   return out;
 }
 
 VisionTower as_vision_tower(Qwen3VLVisionTower tower) {
-  std::shared_ptr<Qwen3VLVisionTowerImpl> impl = tower.ptr();
-  return [impl](const TowerInput& input) { return impl->forward(input); };
+  return detail::tower_function(tower.ptr());
 }
 
 }  // namespace models

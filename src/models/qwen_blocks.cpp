@@ -503,20 +503,61 @@ at::Tensor PatchMergerImpl::forward(const at::Tensor& x) {
   return fc2_(at::gelu(fc1_(y)));
 }
 
+void check_tower_spec(const TowerSpec& spec) {
+  const TowerSpec& s = spec;
+  TORCH_CHECK(
+      s.depth >= 1 && s.dim > 0 && s.mlp_hidden > 0 && s.out > 0 &&
+          s.in_channels > 0 && s.patch_size > 0 && s.temporal_patch_size > 0 &&
+          s.merge > 0,
+      "frameshard::",
+      s.name,
+      ": expected depth >= 1 and positive width, MLP width, output width, "
+      "channels, patch sizes and merge size, got depth ",
+      s.depth,
+      ", width ",
+      s.dim,
+      ", MLP ",
+      s.mlp_hidden,
+      ", output ",
+      s.out,
+      ", channels ",
+      s.in_channels,
+      ", patch ",
+      s.patch_size,
+      ", temporal patch ",
+      s.temporal_patch_size,
+      ", merge ",
+      s.merge);
+  TORCH_CHECK(
+      s.heads > 0 && s.dim % s.heads == 0 && (s.dim / s.heads) % 4 == 0,
+      "frameshard::",
+      s.name,
+      ": expected num_heads dividing the width ",
+      s.dim,
+      " into heads of a size divisible by 4 (2-D rotary), got num_heads ",
+      s.heads);
+}
+
+std::shared_ptr<PatchEmbedImpl> register_patch_embed(
+    torch::nn::Module& owner, const TowerSpec& spec) {
+  return owner.register_module(
+      "patch_embed",
+      std::make_shared<PatchEmbedImpl>(
+          spec.in_channels,
+          spec.temporal_patch_size,
+          spec.patch_size,
+          spec.dim,
+          spec.patch_bias));
+}
+
 std::vector<std::shared_ptr<VisionBlockImpl>> register_blocks(
-    torch::nn::Module& owner,
-    int64_t count,
-    int64_t dim,
-    int64_t heads,
-    int64_t mlp_hidden,
-    NormKind norm,
-    Activation act,
-    MlpStyle mlp) {
+    torch::nn::Module& owner, const TowerSpec& spec) {
+  const Activation act = parse_activation(spec.hidden_act, spec.name);
   torch::nn::ModuleList list;
   std::vector<std::shared_ptr<VisionBlockImpl>> blocks;
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = 0; i < spec.depth; ++i) {
     auto b = std::make_shared<VisionBlockImpl>(
-        dim, heads, mlp_hidden, norm, act, mlp);
+        spec.dim, spec.heads, spec.mlp_hidden, spec.norm, act, spec.mlp);
     list->push_back(b);
     blocks.push_back(b);
   }
@@ -524,47 +565,24 @@ std::vector<std::shared_ptr<VisionBlockImpl>> register_blocks(
   return blocks;
 }
 
-void check_tower_dims(
-    const char* fn,
-    int64_t depth,
-    int64_t dim,
-    int64_t heads,
-    int64_t mlp_hidden,
-    int64_t out,
-    int64_t in_channels,
-    int64_t patch_size,
-    int64_t temporal_patch_size,
-    int64_t merge) {
-  TORCH_CHECK(
-      depth >= 1 && dim > 0 && mlp_hidden > 0 && out > 0 && in_channels > 0 &&
-          patch_size > 0 && temporal_patch_size > 0 && merge > 0,
-      "frameshard::",
-      fn,
-      ": expected depth >= 1 and positive width, MLP width, output width, "
-      "channels, patch sizes and merge size, got depth ",
-      depth,
-      ", width ",
-      dim,
-      ", MLP ",
-      mlp_hidden,
-      ", output ",
-      out,
-      ", channels ",
-      in_channels,
-      ", patch ",
-      patch_size,
-      ", temporal patch ",
-      temporal_patch_size,
-      ", merge ",
-      merge);
-  TORCH_CHECK(
-      heads > 0 && dim % heads == 0 && (dim / heads) % 4 == 0,
-      "frameshard::",
-      fn,
-      ": expected num_heads dividing the width ",
-      dim,
-      " into heads of a size divisible by 4 (2-D rotary), got num_heads ",
-      heads);
+std::shared_ptr<PatchMergerImpl> make_merger(
+    const TowerSpec& spec, bool postshuffle) {
+  return std::make_shared<PatchMergerImpl>(
+      spec.dim, spec.out, spec.merge, spec.norm, spec.merger, postshuffle);
+}
+
+Rotary tower_rotary(
+    const TowerSpec& spec, const at::Tensor& coords, const at::Tensor& x) {
+  return rotary_tables(
+      coords.to(x.device()),
+      spec.dim / spec.heads,
+      spec.rope_theta,
+      accum_dtype(x.scalar_type()));
+}
+
+int64_t layer_slot(const std::vector<int64_t>& layers, size_t i) {
+  auto it = std::find(layers.begin(), layers.end(), static_cast<int64_t>(i));
+  return it == layers.end() ? -1 : static_cast<int64_t>(it - layers.begin());
 }
 
 }  // namespace detail

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -209,30 +210,81 @@ class PatchMergerImpl : public torch::nn::Module {
   torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
 };
 
-/// Registers `count` blocks as "blocks.<i>" of `owner`.
-std::vector<std::shared_ptr<VisionBlockImpl>> register_blocks(
-    torch::nn::Module& owner,
-    int64_t count,
-    int64_t dim,
-    int64_t heads,
-    int64_t mlp_hidden,
-    NormKind norm,
-    Activation act,
-    MlpStyle mlp);
+// ------------------------------------------------------------ assembly
 
-/// Shared config checks (positive sizes, heads dividing the width, a head
-/// dim divisible by 4 for the 2-D rotary). `fn` names the tower.
-void check_tower_dims(
-    const char* fn,
-    int64_t depth,
-    int64_t dim,
-    int64_t heads,
-    int64_t mlp_hidden,
-    int64_t out,
-    int64_t in_channels,
-    int64_t patch_size,
-    int64_t temporal_patch_size,
-    int64_t merge);
+/// What sets one Qwen tower apart at construction: the checked sizes, the
+/// activation and the parameter-name styles. Each family file maps its
+/// config onto one (its spec_of) and assembles the tower from the builders
+/// below, in HF's registration order (which is also the order in which the
+/// modules draw their initial values from the global RNG).
+struct TowerSpec {
+  const char* name = "";  // error prefix: "frameshard::<name>: ..."
+  int64_t depth = 0;
+  int64_t dim = 0;  // tower width
+  int64_t heads = 0;
+  int64_t mlp_hidden = 0;
+  int64_t out = 0;  // merger output width
+  int64_t in_channels = 0;
+  int64_t patch_size = 0;
+  int64_t temporal_patch_size = 0;
+  int64_t merge = 0;
+  double rope_theta = 10000.0;
+  std::string hidden_act;
+  bool patch_bias = false;
+  NormKind norm = NormKind::kLayerNorm;
+  MlpStyle mlp = MlpStyle::kFc;
+  MergerStyle merger = MergerStyle::kLnQ;
+};
+
+/// The spec fields every family's config names alike (HF's names); the
+/// family file fills in the rest (widths, bias, styles).
+template <typename Config>
+TowerSpec common_spec(const Config& c, const char* name) {
+  TowerSpec s;
+  s.name = name;
+  s.depth = c.depth;
+  s.heads = c.num_heads;
+  s.in_channels = c.in_channels;
+  s.patch_size = c.patch_size;
+  s.temporal_patch_size = c.temporal_patch_size;
+  s.merge = c.spatial_merge_size;
+  s.rope_theta = c.rope_theta;
+  s.hidden_act = c.hidden_act;
+  return s;
+}
+
+/// Shared size checks (positive sizes, heads dividing the width, a head
+/// dim divisible by 4 for the 2-D rotary). Family checks that divide by
+/// these sizes must run after it.
+void check_tower_spec(const TowerSpec& spec);
+
+/// "patch_embed" of `owner`.
+std::shared_ptr<PatchEmbedImpl> register_patch_embed(
+    torch::nn::Module& owner, const TowerSpec& spec);
+
+/// spec.depth blocks as "blocks.<i>" of `owner`; parses spec.hidden_act.
+std::vector<std::shared_ptr<VisionBlockImpl>> register_blocks(
+    torch::nn::Module& owner, const TowerSpec& spec);
+
+/// A merger of spec's widths, norm and names (not registered: "merger" is
+/// one, Qwen3-VL's DeepStack list holds postshuffle ones).
+std::shared_ptr<PatchMergerImpl> make_merger(
+    const TowerSpec& spec, bool postshuffle);
+
+/// Rotary tables for patch coordinates `coords` (patch_coordinates), on
+/// x's device in x's accumulation dtype, with spec's head dim and theta.
+Rotary tower_rotary(
+    const TowerSpec& spec, const at::Tensor& coords, const at::Tensor& x);
+
+/// Position of layer `i` in `layers` (fullatt_block_indexes,
+/// deepstack_visual_indexes), or -1 when it is not listed.
+int64_t layer_slot(const std::vector<int64_t>& layers, size_t i);
+
+/// The VisionTower calling `impl`'s forward (keeps the module alive).
+template <typename Impl>
+VisionTower tower_function(std::shared_ptr<Impl> impl) {
+  return [impl](const TowerInput& input) { return impl->forward(input); };
+}
 
 }  // namespace detail
 }  // namespace models

@@ -1,6 +1,8 @@
 // safetensors reader and writer (see frameshard/models/safetensors.h).
 #include <frameshard/models/safetensors.h>
 
+#include "models/file_checks.h"
+
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
@@ -69,16 +71,8 @@ at::ScalarType readable_dtype(const std::string& name) {
 }
 
 int64_t file_size_of(const std::string& path, const char* fn) {
+  detail::check_regular_file(path, fn);
   std::error_code ec;
-  TORCH_CHECK(
-      fs::is_regular_file(path, ec),
-      "frameshard::",
-      fn,
-      ": expected a readable file at ",
-      path,
-      ", got ",
-      fs::exists(path, ec) ? "something that is not a regular file"
-                           : "no such file");
   const auto size = fs::file_size(path, ec);
   TORCH_CHECK(
       !ec,
@@ -89,6 +83,38 @@ int64_t file_size_of(const std::string& path, const char* fn) {
       ": ",
       ec.message());
   return static_cast<int64_t>(size);
+}
+
+// The keys of a name -> value map, sorted (the map's order).
+template <typename V>
+std::vector<std::string> keys_of(const std::map<std::string, V>& map) {
+  std::vector<std::string> out;
+  out.reserve(map.size());
+  for (const auto& kv : map) {
+    out.push_back(kv.first);
+  }
+  return out;
+}
+
+// map[name], or the "expected a tensor named" error of `owner` (the class)
+// reading `source`.
+template <typename V>
+const V& find_tensor(
+    const std::map<std::string, V>& map,
+    const std::string& name,
+    const char* owner,
+    const std::string& source) {
+  auto it = map.find(name);
+  TORCH_CHECK(
+      it != map.end(),
+      "frameshard::",
+      owner,
+      ": expected a tensor named \"",
+      name,
+      "\" in ",
+      source,
+      ", got none");
+  return it->second;
 }
 
 bool non_negative_integer(const nlohmann::json& j) {
@@ -327,12 +353,7 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
 }
 
 std::vector<std::string> SafetensorsFile::names() const {
-  std::vector<std::string> out;
-  out.reserve(entries_.size());
-  for (const auto& kv : entries_) {
-    out.push_back(kv.first);
-  }
-  return out;
+  return keys_of(entries_);
 }
 
 bool SafetensorsFile::contains(const std::string& name) const {
@@ -340,15 +361,7 @@ bool SafetensorsFile::contains(const std::string& name) const {
 }
 
 const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
-  auto it = entries_.find(name);
-  TORCH_CHECK(
-      it != entries_.end(),
-      "frameshard::SafetensorsFile: expected a tensor named \"",
-      name,
-      "\" in ",
-      path_,
-      ", got none");
-  return it->second;
+  return find_tensor(entries_, name, "SafetensorsFile", path_);
 }
 
 at::Tensor SafetensorsFile::read(const std::string& name) const {
@@ -558,12 +571,7 @@ std::vector<std::string> SafetensorsCheckpoint::files() const {
 }
 
 std::vector<std::string> SafetensorsCheckpoint::names() const {
-  std::vector<std::string> out;
-  out.reserve(where_.size());
-  for (const auto& kv : where_) {
-    out.push_back(kv.first);
-  }
-  return out;
+  return keys_of(where_);
 }
 
 bool SafetensorsCheckpoint::contains(const std::string& name) const {
@@ -572,40 +580,19 @@ bool SafetensorsCheckpoint::contains(const std::string& name) const {
 
 const std::string& SafetensorsCheckpoint::file_of(
     const std::string& name) const {
-  auto it = where_.find(name);
-  TORCH_CHECK(
-      it != where_.end(),
-      "frameshard::SafetensorsCheckpoint: expected a tensor named \"",
-      name,
-      "\" in ",
-      source_,
-      ", got none");
-  return files_[it->second]->path();
+  return files_[find_tensor(where_, name, "SafetensorsCheckpoint", source_)]
+      ->path();
 }
 
 const SafetensorsEntry& SafetensorsCheckpoint::entry(
     const std::string& name) const {
-  auto it = where_.find(name);
-  TORCH_CHECK(
-      it != where_.end(),
-      "frameshard::SafetensorsCheckpoint: expected a tensor named \"",
-      name,
-      "\" in ",
-      source_,
-      ", got none");
-  return files_[it->second]->entry(name);
+  return files_[find_tensor(where_, name, "SafetensorsCheckpoint", source_)]
+      ->entry(name);
 }
 
 at::Tensor SafetensorsCheckpoint::read(const std::string& name) const {
-  auto it = where_.find(name);
-  TORCH_CHECK(
-      it != where_.end(),
-      "frameshard::SafetensorsCheckpoint: expected a tensor named \"",
-      name,
-      "\" in ",
-      source_,
-      ", got none");
-  return files_[it->second]->read(name);
+  return files_[find_tensor(where_, name, "SafetensorsCheckpoint", source_)]
+      ->read(name);
 }
 
 }  // namespace models

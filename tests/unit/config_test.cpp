@@ -10,26 +10,15 @@
 #include <fstream>
 #include <string>
 
+#include "testing/expect_error.h"
+
 namespace frameshard {
 namespace {
 
+using testing::error_of;
+using testing::expect_contains;
+
 const std::string kFs = "distributed.multimodal.vision.frame_sharding";
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected frameshard::Error";
-  return "";
-}
-
-void expect_contains(const std::string& msg, const std::string& part) {
-  EXPECT_NE(msg.find(part), std::string::npos)
-      << "message: " << msg << "\nmissing: " << part;
-}
 
 // A document that sets one frame-sharding field to `value` (YAML text).
 std::string fs_doc(const std::string& field, const std::string& value) {

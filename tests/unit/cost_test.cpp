@@ -6,24 +6,13 @@
 #include <algorithm>
 #include <string>
 
+#include "testing/expect_error.h"
+
 namespace frameshard {
 namespace {
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected frameshard::Error";
-  return "";
-}
-
-void expect_contains(const std::string& msg, const std::string& part) {
-  EXPECT_NE(msg.find(part), std::string::npos)
-      << "message: " << msg << "\nmissing: " << part;
-}
+using testing::error_of;
+using testing::expect_contains;
 
 // The FLOPs of one frame of p patches through the whole tower, counted layer
 // by layer (multiply-adds), independently of the closed form in cost.cpp.

@@ -5,25 +5,13 @@
 
 #include <string>
 
+#include "testing/expect_error.h"
+
 namespace frameshard {
 namespace {
 
-// Runs `fn`, expects a frameshard::Error and returns its message.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected frameshard::Error";
-  return "";
-}
-
-void expect_contains(const std::string& msg, const std::string& part) {
-  EXPECT_NE(msg.find(part), std::string::npos)
-      << "message: " << msg << "\nmissing: " << part;
-}
+using testing::error_of;
+using testing::expect_contains;
 
 TEST(ExpandFrames, HeaderExample) {
   FrameSet fs = expand_frames({{1, 32, 32}, {8, 16, 24}}, MediaLayout{});

@@ -9,39 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "testing/expect_error.h"
+#include "testing/rng.h"
+
 namespace frameshard {
 namespace {
 
+using testing::error_of;
+using testing::Rng;
+
 using Cuts = std::vector<int64_t>;
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected frameshard::Error";
-  return "";
-}
-
-// Own PRNG (splitmix64): the same cases on every platform.
-struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
-    return lo +
-           static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-  double unit() {
-    return static_cast<double>(next() >> 11) * 0x1.0p-53;
-  }
-};
 
 // p * (p + alpha): the cost model's shape on patch counts.
 std::vector<double> patch_costs(

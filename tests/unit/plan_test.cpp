@@ -11,38 +11,19 @@
 
 // The fingerprint hasher is internal to the core; it is tested here against
 // the reference XXH64 so the plan fingerprint is pinned across platforms.
-#include "../../src/internal/fingerprint.h"
+#include "internal/fingerprint.h"
+
+#include "testing/expect_error.h"
+#include "testing/rng.h"
 
 namespace frameshard {
 namespace {
 
+using testing::error_of;
+using testing::Rng;
+
 using Grid = std::vector<GridThw>;
 using Ints = std::vector<int64_t>;
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected frameshard::Error";
-  return "";
-}
-
-struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  int64_t uniform(int64_t lo, int64_t hi) {
-    return lo +
-           static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-};
 
 PlanOptions sharding(int64_t world, Partitioner p = Partitioner::kOptimal) {
   PlanOptions o;
@@ -540,7 +521,7 @@ TEST(MakePlan, RandomWorkloadInvariants) {
                                     : parse_cost_alpha("auto");
     ShardPlan plan = make_plan(grid, o);
     check_plan(plan, grid, o);
-    if (testing::Test::HasFailure()) {
+    if (::testing::Test::HasFailure()) {
       FAIL() << "trial " << trial;
     }
     expect_same_plan(plan, make_plan(grid, o));
