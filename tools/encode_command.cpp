@@ -156,16 +156,6 @@ Inputs read_inputs(
   return in;
 }
 
-at::Tensor full_cu_seqlens(const std::vector<GridThw>& grid) {
-  std::vector<int32_t> cu{0};
-  for (const auto& g : grid) {
-    for (int64_t t = 0; t < g.t; ++t) {
-      cu.push_back(cu.back() + static_cast<int32_t>(g.h * g.w));
-    }
-  }
-  return torch::tensor(cu, torch::kInt);
-}
-
 models::QwenVisionModel load_model(const EncodeArgs& a) {
   models::QwenLoadOptions lo;
   lo.dtype = parse_dtype(a.dtype);
@@ -330,7 +320,7 @@ int run_single(const EncodeArgs& a) {
   TowerInput ti;
   ti.pixel_values = in.pixel_values.to(parse_dtype(a.dtype));
   ti.grid_thw = in.grid_thw;
-  ti.cu_seqlens = full_cu_seqlens(in.grid);
+  ti.cu_seqlens = frame_cu_seqlens(in.grid);
   const std::vector<at::Tensor> outputs = m.tower(ti);
   const double ms =
       std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

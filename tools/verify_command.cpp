@@ -278,16 +278,6 @@ at::Tensor grid_tensor(const std::vector<GridThw>& grid) {
       .view({static_cast<int64_t>(grid.size()), 3});
 }
 
-at::Tensor full_cu_seqlens(const std::vector<GridThw>& grid) {
-  std::vector<int32_t> cu{0};
-  for (const auto& g : grid) {
-    for (int64_t k = 0; k < g.t; ++k) {
-      cu.push_back(cu.back() + static_cast<int32_t>(g.h * g.w));
-    }
-  }
-  return torch::tensor(cu, torch::kInt);
-}
-
 // Rank q's loss: its sequence shard (rows i % world == q) of every output,
 // weighted by weights[q][k], summed in float64.
 at::Tensor rank_loss(
@@ -497,7 +487,7 @@ int run_worker(const VerifyArgs& a) {
   double ref_ms = 0.0;
   if (rank == 0) {
     const auto r0 = Clock::now();
-    TowerInput full{pixels, grid, full_cu_seqlens(wl.grid)};
+    TowerInput full{pixels, grid, frame_cu_seqlens(wl.grid)};
     std::vector<at::Tensor> outs = tower->forward(full);
     at::Tensor loss = torch::zeros({}, torch::kDouble);
     for (int q = 0; q < world; ++q) {
@@ -522,7 +512,7 @@ int run_worker(const VerifyArgs& a) {
         }
       }
       TowerInput in64{
-          pixels.to(torch::kDouble), grid, full_cu_seqlens(wl.grid)};
+          pixels.to(torch::kDouble), grid, frame_cu_seqlens(wl.grid)};
       std::vector<at::Tensor> eo = exact->forward(in64);
       at::Tensor eloss = torch::zeros({}, torch::kDouble);
       for (int q = 0; q < world; ++q) {

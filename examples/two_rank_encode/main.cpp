@@ -96,13 +96,8 @@ int main() {
 
   // The replicated reference: the tower on every frame at once.
   torch::NoGradGuard no_grad;
-  std::vector<int32_t> cu{0};
-  for (const auto& g : grid) {
-    for (int64_t k = 0; k < g.t; ++k) {
-      cu.push_back(cu.back() + static_cast<int32_t>(g.h * g.w));
-    }
-  }
-  frameshard::TowerInput full{pixels, grid_thw, torch::tensor(cu, torch::kInt)};
+  frameshard::TowerInput full{
+      pixels, grid_thw, frameshard::frame_cu_seqlens(grid)};
   const auto reference = tower->forward(full);
   double worst = 0.0;
   for (int rank = 0; rank < world; ++rank) {

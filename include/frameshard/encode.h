@@ -97,4 +97,11 @@ EncodeResult encode(
 /// Converts an integer [n, 3] tensor into grid rows (errors name the shape).
 std::vector<GridThw> grid_from_tensor(const at::Tensor& grid_thw);
 
+/// The cu_seqlens a Qwen-style tower takes for `grid` on the replicated path:
+/// int32 [frames + 1], one segment of h*w rows per temporal patch (frame),
+/// on `device`. Raises if a cumulative row count does not fit int32.
+at::Tensor frame_cu_seqlens(
+    const std::vector<GridThw>& grid,
+    c10::Device device = c10::Device(c10::kCPU));
+
 }  // namespace frameshard

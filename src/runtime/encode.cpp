@@ -317,6 +317,17 @@ at::Tensor grid_tensor(const std::vector<GridThw>& grid, c10::Device device) {
       .to(device);
 }
 
+// Per-frame cumulative patch rows of `grid`: frames + 1 entries from 0.
+std::vector<int64_t> frame_offsets(const std::vector<GridThw>& grid) {
+  std::vector<int64_t> cu{0};
+  for (const GridThw& g : grid) {
+    for (int64_t f = 0; f < g.t; ++f) {
+      cu.push_back(cu.back() + g.h * g.w);
+    }
+  }
+  return cu;
+}
+
 at::Tensor cu_seqlens_tensor(
     const std::vector<int64_t>& cu,
     c10::Device device,
@@ -458,11 +469,8 @@ LocalPhase run_local_phase(
   } else {
     in.pixel_values = pixel_values;
     in.grid_thw = grid_thw.to(device, at::kLong);
-    std::vector<int64_t> cu{0};
-    for (const auto& u : lp.plan.frames.units) {
-      cu.push_back(cu.back() + u.patch_rows);
-    }
-    in.cu_seqlens = cu_seqlens_tensor(cu, device, prefix);
+    in.cu_seqlens =
+        cu_seqlens_tensor(frame_offsets(lp.plan.frames.grid), device, prefix);
     expected_rows = lp.plan.frames.total_tokens;
     rows_meaning = "the merged tokens of all frames";
   }
@@ -544,6 +552,12 @@ EncodeResult finish(
 }
 
 }  // namespace
+
+at::Tensor frame_cu_seqlens(
+    const std::vector<GridThw>& grid, c10::Device device) {
+  return cu_seqlens_tensor(
+      frame_offsets(grid), device, "frameshard::frame_cu_seqlens: ");
+}
 
 std::vector<GridThw> grid_from_tensor(const at::Tensor& grid_thw) {
   TORCH_CHECK(

@@ -374,6 +374,25 @@ void expect_parity(const ParityResult& r, at::ScalarType dtype) {
 
 class EncodeParityWorld : public ::testing::TestWithParam<int> {};
 
+TEST(FrameCuSeqlens, OneInt32SegmentPerTemporalPatch) {
+  const std::vector<GridThw> grid{{1, 4, 6}, {3, 2, 2}, {2, 8, 4}};
+  const at::Tensor cu = frame_cu_seqlens(grid);
+  EXPECT_EQ(cu.scalar_type(), at::kInt);
+  EXPECT_TRUE(at::equal(cu, full_input(at::Tensor(), grid).cu_seqlens));
+  EXPECT_EQ(frame_cu_seqlens({}).numel(), 1);
+  // 2^31 rows do not fit int32: an error, not a silent wrap.
+  try {
+    frame_cu_seqlens({{2, 32768, 32768}});
+    ADD_FAILURE() << "expected an int32 overflow error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("frameshard::frame_cu_seqlens: expected "
+                                   "cu_seqlens entries to fit int32"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_P(EncodeParityWorld, ImagesMixedWithVideosFloat64) {
   ParityCase c;
   c.world = GetParam();
