@@ -19,9 +19,9 @@
 //
 // Run: build/bench/frameshard_gather_bench [--benchmark_filter=mixed]
 
-#include <frameshard/gather.h>
 #include <frameshard/plan.h>
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/gather.h>
+#include <frameshard/runtime/process_group.h>
 #include <frameshard/workload.h>
 
 #include <ATen/ATen.h>

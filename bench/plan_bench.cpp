@@ -9,6 +9,7 @@
 // The workload is a seeded mix of images and videos (own PRNG, identical on
 // every machine), cut to exactly the requested number of frame units.
 #include <frameshard/plan.h>
+#include <frameshard/splitmix64.h>
 
 #include <benchmark/benchmark.h>
 
@@ -18,33 +19,18 @@
 
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-int64_t uniform(uint64_t& state, int64_t lo, int64_t hi) {
-  return lo + static_cast<int64_t>(
-                  splitmix64(state) % static_cast<uint64_t>(hi - lo + 1));
-}
-
 // About 1 in 8 media is a large image (16..128 patches a side), the rest are
 // videos of 4..64 temporal units at 8..48 patches a side (merge size 2).
 std::vector<frameshard::GridThw> mixed_grid(int64_t units, uint64_t seed) {
-  uint64_t state = seed;
+  frameshard::SplitMix64 rng(seed);
   std::vector<frameshard::GridThw> grid;
   int64_t have = 0;
   while (have < units) {
     frameshard::GridThw g;
-    if (uniform(state, 0, 7) == 0) {
-      g = {1, 2 * uniform(state, 8, 64), 2 * uniform(state, 8, 64)};
+    if (rng.uniform(0, 7) == 0) {
+      g = {1, 2 * rng.uniform(8, 64), 2 * rng.uniform(8, 64)};
     } else {
-      g = {
-          uniform(state, 4, 64),
-          2 * uniform(state, 4, 24),
-          2 * uniform(state, 4, 24)};
+      g = {rng.uniform(4, 64), 2 * rng.uniform(4, 24), 2 * rng.uniform(4, 24)};
     }
     g.t = std::min(g.t, units - have);
     have += g.t;

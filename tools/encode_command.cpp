@@ -25,15 +25,17 @@
 // Exit codes: 0 success, 2 an error (bad option or file, a rank failed).
 
 #include "commands.h"
+#include "dtype_option.h"
 #include "rank_processes.h"
+#include "tower/check.h"
 
-#include <frameshard/encode.h>
 #include <frameshard/error.h>
 #include <frameshard/frames.h>
 #include <frameshard/models/qwen_vision.h>
 #include <frameshard/models/safetensors.h>
 #include <frameshard/plan.h>
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/encode.h>
+#include <frameshard/runtime/process_group.h>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -70,23 +72,8 @@ struct EncodeArgs {
 };
 
 at::ScalarType parse_dtype(const std::string& name) {
-  if (name == "float32") {
-    return at::kFloat;
-  }
-  if (name == "bfloat16") {
-    return at::kBFloat16;
-  }
-  if (name == "float16") {
-    return at::kHalf;
-  }
-  if (name == "float64") {
-    return at::kDouble;
-  }
-  detail::fail(
-      "encode",
-      "expected --dtype float32, bfloat16, float16 or float64, got \"",
-      name,
-      "\"");
+  return parse_dtype_option(
+      name, "encode", {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble});
 }
 
 struct Inputs {
@@ -190,9 +177,10 @@ void write_outputs(
     const models::QwenVisionModel& m,
     const std::vector<at::Tensor>& outputs) {
   const auto names = m.config.output_names();
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       outputs.size() == names.size(),
-      "frameshard::encode: expected ",
+      "encode",
+      "expected ",
       names.size(),
       " tower outputs, got ",
       outputs.size());

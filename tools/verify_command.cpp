@@ -47,15 +47,16 @@
 // dying rank must be reported, never hang).
 
 #include "commands.h"
+#include "dtype_option.h"
 #include "rank_processes.h"
 
 #include <frameshard/config.h>
-#include <frameshard/encode.h>
 #include <frameshard/error.h>
-#include <frameshard/gather.h>
 #include <frameshard/models/toy_tower.h>
 #include <frameshard/plan.h>
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/encode.h>
+#include <frameshard/runtime/gather.h>
+#include <frameshard/runtime/process_group.h>
 #include <frameshard/workload.h>
 
 #include <torch/torch.h>
@@ -200,20 +201,8 @@ Resolved resolve_workload(const VerifyArgs& a) {
 }
 
 at::ScalarType parse_dtype(const std::string& name) {
-  if (name == "float64") {
-    return at::kDouble;
-  }
-  if (name == "float32") {
-    return at::kFloat;
-  }
-  if (name == "bfloat16") {
-    return at::kBFloat16;
-  }
-  detail::fail(
-      "verify",
-      "expected --dtype float64, float32 or bfloat16, got \"",
-      name,
-      "\"");
+  return parse_dtype_option(
+      name, "verify", {at::kDouble, at::kFloat, at::kBFloat16});
 }
 
 // float64 / float32: an absolute bound on the max abs difference.
@@ -464,7 +453,7 @@ int run_worker(const VerifyArgs& a) {
   EncodeOptions eo;
   eo.plan = po;
   eo.timeout = std::chrono::milliseconds(a.timeout_ms);
-  eo.tower_trainable = models::has_trainable_parameters(*tower);
+  eo.tower_trainable = has_trainable_parameters(*tower);
   const auto t0 = Clock::now();
   EncodeResult res =
       encode(models::as_vision_tower(tower), pixels, grid, pg, eo);
@@ -542,11 +531,8 @@ int run_worker(const VerifyArgs& a) {
   // Every rank compares its gathered outputs with the reference.
   TORCH_CHECK(
       res.outputs.size() == widths.size(),
-      "frameshard::verify: [rank ",
-      rank,
-      "/",
-      world,
-      "] expected ",
+      detail::error_prefix("verify", rank, world),
+      "expected ",
       widths.size(),
       " outputs from encode, got ",
       res.outputs.size());
@@ -560,11 +546,8 @@ int run_worker(const VerifyArgs& a) {
       at::Tensor got = res.outputs[k].detach().to(torch::kDouble);
       TORCH_CHECK(
           got.sizes() == ref.sizes(),
-          "frameshard::verify: [rank ",
-          rank,
-          "/",
-          world,
-          "] expected output ",
+          detail::error_prefix("verify", rank, world),
+          "expected output ",
           k,
           " of shape ",
           ref.sizes(),

@@ -1,19 +1,26 @@
 // File: frameshard/error.h
 //
-// Errors raised by the torch-free planning core. Caller mistakes throw
-// frameshard::Error (a std::invalid_argument), whose message has the form
+// One wording for every error frameshard raises:
 //
 //   frameshard::<function>: expected <X>, got <Y>
+//   frameshard::<function>: [rank r/W] expected <X>, got <Y>   (collectives)
 //
-// The runtime (LibTorch) raises c10::Error through TORCH_CHECK instead, with
-// the rank in the prefix: "frameshard::<function>: [rank r/W] ...".
+// The torch-free planning core throws frameshard::Error (a
+// std::invalid_argument) through FRAMESHARD_CHECK. The LibTorch layers
+// (tower contract, models, runtime) raise c10::Error through TORCH_CHECK with
+// the same prefix, built by error_prefix() (their private macro
+// FRAMESHARD_TORCH_CHECK in src/tower/check.h). Nothing else spells
+// "frameshard::" by hand.
 //
 // Usage:
 //   FRAMESHARD_CHECK(h % merge == 0, "expand_frames",
 //                    "grid_thw[", i, "].h divisible by spatial_merge_size ",
 //                    merge, ", got ", h);
+//   std::string p = frameshard::detail::error_prefix("encode", 1, 4);
+//   // "frameshard::encode: [rank 1/4] "
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -27,21 +34,35 @@ class Error : public std::invalid_argument {
 };
 
 namespace detail {
+
+/// "frameshard::<fn>: ".
+std::string error_prefix(const char* fn);
+/// "frameshard::<fn>: [rank <rank>/<world>] ".
+std::string error_prefix(const char* fn, int64_t rank, int64_t world);
+
 inline void append_all(std::ostringstream&) {}
 template <typename T, typename... Rest>
 void append_all(std::ostringstream& os, const T& first, const Rest&... rest) {
   os << first;
   append_all(os, rest...);
 }
+
+/// error_prefix(fn) followed by every argument streamed in order.
+template <typename... Args>
+std::string error_message(const char* fn, const Args&... args) {
+  std::ostringstream os;
+  os << error_prefix(fn);
+  append_all(os, args...);
+  return os.str();
+}
+
+/// Throws frameshard::Error(error_message(fn, args...)).
 template <typename... Args>
 [[noreturn]] void fail(const char* fn, const Args&... args) {
-  std::ostringstream os;
-  os << "frameshard::" << fn << ": ";
-  append_all(os, args...);
-  throw Error(os.str());
+  throw Error(error_message(fn, args...));
 }
-}  // namespace detail
 
+}  // namespace detail
 }  // namespace frameshard
 
 /// Throws frameshard::Error("frameshard::<fn>: <message...>") unless `cond`.

@@ -1,19 +1,20 @@
 // File: frameshard/frameshard.h
 //
-// Umbrella header. The planning core (frames, cost, partition, policy, plan,
-// config) is torch-free and lives in frameshard::core; the runtime (process
-// groups, the differentiable gather, sharded encode) and the towers need
-// LibTorch and live in frameshard::frameshard.
+// Umbrella header: the planning core (frameshard/core.h) and, when this build
+// has them (FRAMESHARD_HAVE_TORCH_LAYERS), the tower contract, the towers and
+// the distributed runtime (process groups, the differentiable gather and the
+// sharded encode; those calls are collective, see each header).
 #pragma once
 
-#include <frameshard/config.h>
-#include <frameshard/cost.h>
-#include <frameshard/error.h>
-#include <frameshard/frames.h>
-#include <frameshard/partition.h>
-#include <frameshard/plan.h>
-#include <frameshard/policy.h>
+#include <frameshard/build_config.h>
+#include <frameshard/core.h>
 
-#include <frameshard/encode.h>
-#include <frameshard/gather.h>
-#include <frameshard/process_group.h>
+#if FRAMESHARD_HAVE_TORCH_LAYERS
+#include <frameshard/models/qwen_vision.h>
+#include <frameshard/models/safetensors.h>
+#include <frameshard/models/toy_tower.h>
+#include <frameshard/runtime/encode.h>
+#include <frameshard/runtime/gather.h>
+#include <frameshard/runtime/process_group.h>
+#include <frameshard/tower.h>
+#endif

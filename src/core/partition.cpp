@@ -287,9 +287,8 @@ double bottleneck_from_prefix(const std::vector<double>& P, int64_t k) {
       std::fill(low.begin(), low.end(), 0);
       r = probe(P.data(), n, k, total, low.data(), high.data(), cur.data());
       if (!r.feasible) {
-        throw std::logic_error(
-            "frameshard::optimal_bottleneck: internal error: no feasible "
-            "bound");
+        throw std::logic_error(detail::error_message(
+            "optimal_bottleneck", "internal error: no feasible bound"));
       }
     }
     if (r.feasible) {
@@ -304,9 +303,8 @@ double bottleneck_from_prefix(const std::vector<double>& P, int64_t k) {
 
   for (int iter = 0; lo < hi; ++iter) {
     if (iter > 4096) {
-      throw std::logic_error(
-          "frameshard::optimal_bottleneck: internal error: bisection did not "
-          "converge");
+      throw std::logic_error(detail::error_message(
+          "optimal_bottleneck", "internal error: bisection did not converge"));
     }
     double mid = lo + (hi - lo) / 2.0;
     if (!(mid > lo && mid < hi)) {
@@ -371,8 +369,8 @@ std::vector<int64_t> optimal_cuts(const std::vector<double>& P, int64_t k) {
     const int64_t r_max = find_end(p, P[prev], best, prev, n);
     const int64_t hi_j = std::min(r_max, n - (k - r));
     if (lo_j > hi_j) {
-      throw std::logic_error(
-          "frameshard::partition_costs: internal error: empty cut interval");
+      throw std::logic_error(detail::error_message(
+          "partition_costs", "internal error: empty cut interval"));
     }
     const double target =
         total * static_cast<double>(r) / static_cast<double>(k);

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "internal/fingerprint.h"
+#include "core/fingerprint.h"
 
 namespace frameshard {
 

@@ -22,6 +22,7 @@
 // preset's range. Everything uses integer arithmetic on a splitmix64 stream
 // (no libm, no std::*_distribution), so every platform draws the same
 // grids.
+#include <frameshard/splitmix64.h>
 #include <frameshard/workload.h>
 
 #include <frameshard/error.h>
@@ -36,39 +37,6 @@
 
 namespace frameshard {
 namespace {
-
-// ------------------------------------------------------------- PRNG
-
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-
-  /// Uniform in [0, n) (n >= 1); rejection keeps it unbiased.
-  uint64_t below(uint64_t n) {
-    const uint64_t limit = std::numeric_limits<uint64_t>::max() -
-                           std::numeric_limits<uint64_t>::max() % n;
-    uint64_t x = next();
-    while (x >= limit) {
-      x = next();
-    }
-    return x % n;
-  }
-
-  /// Uniform in [lo, hi].
-  int64_t uniform(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(below(static_cast<uint64_t>(hi - lo) + 1));
-  }
-
- private:
-  uint64_t state_;
-};
 
 // 2^(2^-i) in Q30 fixed point, i = 1..16.
 constexpr uint64_t kExp2Q30[16] = {

@@ -5,6 +5,7 @@
 #include <frameshard/models/qwen_vision.h>
 
 #include "models/file_checks.h"
+#include "tower/check.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -25,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kParseFn = "frameshard::parse_qwen_vision_config";
+constexpr const char* kParseFn = "parse_qwen_vision_config";
 
 // Reads typed fields of one JSON object; a missing or null field keeps the
 // default (HF's), a wrongly typed one raises naming the field and source.
@@ -47,10 +48,10 @@ class FieldReader {
     if (!v) {
       return;
     }
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         v->is_number_integer() && v->get<int64_t>() >= min,
         kParseFn,
-        ": expected ",
+        "expected ",
         name(key),
         " to be an integer >= ",
         min,
@@ -66,10 +67,10 @@ class FieldReader {
     if (!v) {
       return;
     }
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         v->is_number() && v->get<double>() > 0,
         kParseFn,
-        ": expected ",
+        "expected ",
         name(key),
         " to be a positive number in ",
         source_,
@@ -83,10 +84,10 @@ class FieldReader {
     if (!v) {
       return;
     }
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         v->is_string(),
         kParseFn,
-        ": expected ",
+        "expected ",
         name(key),
         " to be a string in ",
         source_,
@@ -108,10 +109,10 @@ class FieldReader {
         values.push_back((*v)[i].get<int64_t>());
       }
     }
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         ok,
         kParseFn,
-        ": expected ",
+        "expected ",
         name(key),
         " to be a list of non-negative integers in ",
         source_,
@@ -132,10 +133,10 @@ class FieldReader {
         ok = (*v)[i].is_number_integer() && (*v)[i] == (*v)[0] &&
              (*v)[i].get<int64_t>() >= 1;
       }
-      TORCH_CHECK(
+      FRAMESHARD_TORCH_CHECK(
           ok,
           kParseFn,
-          ": expected ",
+          "expected ",
           name(key),
           " to be a positive integer or a list of equal ones in ",
           source_,
@@ -155,10 +156,10 @@ class FieldReader {
     if (!r) {
       return;
     }
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         r->is_object(),
         kParseFn,
-        ": expected ",
+        "expected ",
         name("rope_parameters"),
         " to be an object in ",
         source_,
@@ -168,10 +169,10 @@ class FieldReader {
     rr.number("rope_theta", theta);
     std::string type = "axial";
     rr.string("rope_type", type);
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         type == "axial" || type == "default",
         kParseFn,
-        ": expected ",
+        "expected ",
         name("rope_parameters"),
         ".rope_type \"axial\" in ",
         source_,
@@ -206,7 +207,7 @@ const FamilyType kFamilies[] = {
 std::string read_text(const std::string& path, const char* fn) {
   detail::check_regular_file(path, fn);
   std::ifstream in(path);
-  TORCH_CHECK(in, "frameshard::", fn, ": cannot open ", path);
+  FRAMESHARD_TORCH_CHECK(in, fn, "cannot open ", path);
   std::ostringstream os;
   os << in.rdbuf();
   return os.str();
@@ -306,18 +307,18 @@ QwenVisionConfig parse_qwen_vision_config(
   try {
     j = json::parse(json_text);
   } catch (const json::exception& e) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         false,
         kParseFn,
-        ": expected JSON in ",
+        "expected JSON in ",
         source,
         ", got a parse error: ",
         e.what());
   }
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       j.is_object() && j.contains("model_type") && j["model_type"].is_string(),
       kParseFn,
-      ": expected an object with a string \"model_type\" in ",
+      "expected an object with a string \"model_type\" in ",
       source,
       ", got ",
       j.is_object() ? "no model_type" : j.type_name());
@@ -340,10 +341,10 @@ QwenVisionConfig parse_qwen_vision_config(
       ft = &f;
     }
   }
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       ft != nullptr,
       kParseFn,
-      ": expected model_type qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, "
+      "expected model_type qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, "
       "qwen3_5 or qwen3_5_moe (or its \"_vision\" config) in ",
       source,
       ", got \"",
@@ -360,10 +361,10 @@ QwenVisionConfig parse_qwen_vision_config(
     if (it == j.end() || it->is_null()) {
       vision = &kEmpty;  // HF: the vision config's defaults
     } else {
-      TORCH_CHECK(
+      FRAMESHARD_TORCH_CHECK(
           it->is_object(),
           kParseFn,
-          ": expected vision_config to be an object in ",
+          "expected vision_config to be an object in ",
           source,
           ", got ",
           it->type_name());
@@ -521,13 +522,13 @@ WeightLoadReport load_vision_weights(
     const SafetensorsCheckpoint& ckpt,
     const QwenLoadOptions& options,
     const std::string& what) {
-  const char* fn = "frameshard::load_vision_weights";
+  const char* fn = "load_vision_weights";
   const at::ScalarType dtype = options.dtype;
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf ||
           dtype == at::kDouble,
       fn,
-      ": expected dtype float32, bfloat16, float16 or float64, got ",
+      "expected dtype float32, bfloat16, float16 or float64, got ",
       dtype);
   const std::vector<std::string> names = ckpt.names();
   WeightLoadReport report;
@@ -541,10 +542,10 @@ WeightLoadReport load_vision_weights(
       nested += starts_with(n, "model.visual.");
       flat += starts_with(n, "visual.");
     }
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         !(nested > 0 && flat > 0),
         fn,
-        ": expected the ",
+        "expected the ",
         what,
         " under one prefix in ",
         ckpt.source(),
@@ -553,10 +554,10 @@ WeightLoadReport load_vision_weights(
         " tensors) and \"visual.\" (",
         flat,
         " tensors); pass QwenLoadOptions::prefix");
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         nested > 0 || flat > 0,
         fn,
-        ": expected tensors named \"model.visual.*\" or \"visual.*\" (the ",
+        "expected tensors named \"model.visual.*\" or \"visual.*\" (the ",
         what,
         ") in ",
         ckpt.source(),
@@ -615,10 +616,10 @@ WeightLoadReport load_vision_weights(
     part(unexpected, "unexpected");
     part(misshaped, "mis-shaped");
     part(bad_dtype, "not F64/F32/F16/BF16");
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         false,
         fn,
-        ": expected the ",
+        "expected the ",
         params.size(),
         " tensors of the ",
         what,

@@ -8,6 +8,7 @@
 #include <frameshard/models/qwen_vision.h>
 
 #include "models/qwen_blocks.h"
+#include "tower/check.h"
 
 namespace frameshard {
 namespace models {
@@ -41,20 +42,18 @@ Qwen2_5VLVisionTowerImpl::Qwen2_5VLVisionTowerImpl(
     : config_(c) {
   const detail::TowerSpec s = spec_of(c);
   detail::check_tower_spec(s);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       c.merger_window_size() >= 1,
-      "frameshard::",
       s.name,
-      ": expected window_size >= spatial_merge_size * patch_size (",
+      "expected window_size >= spatial_merge_size * patch_size (",
       c.spatial_merge_size * c.patch_size,
       "), got ",
       c.window_size);
   for (int64_t i : c.fullatt_block_indexes) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         i >= 0 && i < c.depth,
-        "frameshard::",
         s.name,
-        ": expected fullatt_block_indexes in [0, ",
+        "expected fullatt_block_indexes in [0, ",
         c.depth,
         "), got ",
         i);

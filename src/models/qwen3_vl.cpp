@@ -9,6 +9,7 @@
 #include <frameshard/models/qwen_vision.h>
 
 #include "models/qwen_blocks.h"
+#include "tower/check.h"
 
 #include <cmath>
 #include <set>
@@ -53,19 +54,17 @@ Qwen3VLVisionTowerImpl::Qwen3VLVisionTowerImpl(const Qwen3VLVisionConfig& c)
     : config_(c) {
   const detail::TowerSpec s = spec_of(c);
   detail::check_tower_spec(s);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       c.num_position_embeddings >= 1,
-      "frameshard::",
       s.name,
-      ": expected num_position_embeddings >= 1, got ",
+      "expected num_position_embeddings >= 1, got ",
       c.num_position_embeddings);
   std::set<int64_t> seen;
   for (int64_t i : c.deepstack_visual_indexes) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         i >= 0 && i < c.depth && seen.insert(i).second,
-        "frameshard::",
         s.name,
-        ": expected distinct deepstack_visual_indexes in [0, ",
+        "expected distinct deepstack_visual_indexes in [0, ",
         c.depth,
         "), got ",
         i);

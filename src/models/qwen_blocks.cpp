@@ -3,6 +3,7 @@
 // floating-point operations matters (rotary tables, interpolation
 // weights, softmax and RMSNorm dtypes).
 #include "models/qwen_blocks.h"
+#include "tower/check.h"
 
 #include <c10/util/Exception.h>
 
@@ -38,11 +39,10 @@ Activation parse_activation(const std::string& name, const char* fn) {
   if (name == "relu") {
     return Activation::kRelu;
   }
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       false,
-      "frameshard::",
       fn,
-      ": expected hidden_act gelu, gelu_pytorch_tanh, gelu_new, quick_gelu, "
+      "expected hidden_act gelu, gelu_pytorch_tanh, gelu_new, quick_gelu, "
       "silu, swish or relu, got \"",
       name,
       "\"");
@@ -72,24 +72,22 @@ FrameGeometry check_tower_input(
     int64_t merge,
     const char* fn) {
   const at::Tensor& pixels = input.pixel_values;
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       pixels.defined() && pixels.dim() == 2 && pixels.size(1) == in_features &&
           at::isFloatingType(pixels.scalar_type()),
-      "frameshard::",
       fn,
-      ": expected floating pixel_values [rows, ",
+      "expected floating pixel_values [rows, ",
       in_features,
       "] (channels * temporal_patch_size * patch_size^2), got ",
       pixels.defined() ? pixels.sizes() : at::IntArrayRef{},
       pixels.defined() ? std::string(" ") + c10::toString(pixels.scalar_type())
                        : std::string(" undefined"));
   const at::Tensor& g = input.grid_thw;
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       g.defined() && g.dim() == 2 && g.size(1) == 3 &&
           !at::isFloatingType(g.scalar_type()),
-      "frameshard::",
       fn,
-      ": expected an integer grid_thw [n, 3], got ",
+      "expected an integer grid_thw [n, 3], got ",
       g.defined() ? g.sizes() : at::IntArrayRef{});
   const at::Tensor grid = g.to(at::kCPU, at::kLong).contiguous();
   const int64_t* gp = grid.data_ptr<int64_t>();
@@ -98,12 +96,11 @@ FrameGeometry check_tower_input(
   geo.cu.push_back(0);
   for (int64_t i = 0; i < grid.size(0); ++i) {
     GridThw row{gp[3 * i], gp[3 * i + 1], gp[3 * i + 2]};
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         row.t > 0 && row.h > 0 && row.w > 0 && row.h % merge == 0 &&
             row.w % merge == 0,
-        "frameshard::",
         fn,
-        ": expected grid_thw[",
+        "expected grid_thw[",
         i,
         "] positive with h and w divisible by spatial_merge_size ",
         merge,
@@ -120,11 +117,10 @@ FrameGeometry check_tower_input(
     geo.grid.push_back(row);
   }
   geo.rows = geo.cu.back();
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       geo.rows == pixels.size(0),
-      "frameshard::",
       fn,
-      ": expected ",
+      "expected ",
       geo.rows,
       " pixel rows (sum of t*h*w over grid_thw), got ",
       pixels.size(0));
@@ -135,12 +131,10 @@ FrameGeometry check_tower_input(
     for (int64_t i = 0; same && i < cu.size(0); ++i) {
       same = cu.data_ptr<int64_t>()[i] == geo.cu[static_cast<size_t>(i)];
     }
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         same,
-        "frameshard::",
         fn,
-        ": expected cu_seqlens with one segment per temporal patch of "
-        "grid_thw (",
+        "expected cu_seqlens with one segment per temporal patch of grid_thw (",
         geo.cu.size(),
         " entries ending at ",
         geo.rows,
@@ -505,13 +499,12 @@ at::Tensor PatchMergerImpl::forward(const at::Tensor& x) {
 
 void check_tower_spec(const TowerSpec& spec) {
   const TowerSpec& s = spec;
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       s.depth >= 1 && s.dim > 0 && s.mlp_hidden > 0 && s.out > 0 &&
           s.in_channels > 0 && s.patch_size > 0 && s.temporal_patch_size > 0 &&
           s.merge > 0,
-      "frameshard::",
       s.name,
-      ": expected depth >= 1 and positive width, MLP width, output width, "
+      "expected depth >= 1 and positive width, MLP width, output width, "
       "channels, patch sizes and merge size, got depth ",
       s.depth,
       ", width ",
@@ -528,11 +521,10 @@ void check_tower_spec(const TowerSpec& spec) {
       s.temporal_patch_size,
       ", merge ",
       s.merge);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       s.heads > 0 && s.dim % s.heads == 0 && (s.dim / s.heads) % 4 == 0,
-      "frameshard::",
       s.name,
-      ": expected num_heads dividing the width ",
+      "expected num_heads dividing the width ",
       s.dim,
       " into heads of a size divisible by 4 (2-D rotary), got num_heads ",
       s.heads);

@@ -2,6 +2,7 @@
 #include <frameshard/models/safetensors.h>
 
 #include "models/file_checks.h"
+#include "tower/check.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -30,10 +31,10 @@ void check_little_endian() {
   const uint16_t one = 1;
   unsigned char first = 0;
   std::memcpy(&first, &one, 1);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       first == 1,
-      "frameshard::safetensors: expected a little-endian host, got a "
-      "big-endian one");
+      "safetensors",
+      "expected a little-endian host, got a big-endian one");
 }
 
 // Bits per element of every dtype the format defines, so files holding
@@ -74,14 +75,8 @@ int64_t file_size_of(const std::string& path, const char* fn) {
   detail::check_regular_file(path, fn);
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
-  TORCH_CHECK(
-      !ec,
-      "frameshard::",
-      fn,
-      ": cannot read the size of ",
-      path,
-      ": ",
-      ec.message());
+  FRAMESHARD_TORCH_CHECK(
+      !ec, fn, "cannot read the size of ", path, ": ", ec.message());
   return static_cast<int64_t>(size);
 }
 
@@ -105,11 +100,10 @@ const V& find_tensor(
     const char* owner,
     const std::string& source) {
   auto it = map.find(name);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       it != map.end(),
-      "frameshard::",
       owner,
-      ": expected a tensor named \"",
+      "expected a tensor named \"",
       name,
       "\" in ",
       source,
@@ -136,10 +130,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 at::ScalarType safetensors_dtype(const std::string& name) {
   const at::ScalarType t = readable_dtype(name);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       t != at::ScalarType::Undefined,
-      "frameshard::safetensors_dtype: expected F64, F32, F16, BF16, I64 or "
-      "I32, got \"",
+      "safetensors_dtype",
+      "expected F64, F32, F16, BF16, I64 or I32, got \"",
       name,
       "\"");
   return t;
@@ -162,10 +156,10 @@ std::string safetensors_dtype_name(at::ScalarType dtype) {
     default:
       break;
   }
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       false,
-      "frameshard::safetensors_dtype_name: expected float64, float32, "
-      "float16, bfloat16, int64 or int32, got ",
+      "safetensors_dtype_name",
+      "expected float64, float32, float16, bfloat16, int64 or int32, got ",
       dtype);
 }
 
@@ -175,25 +169,26 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   check_little_endian();
   const char* fn = "SafetensorsFile";
   const int64_t size = file_size_of(path_, fn);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       size >= 8,
-      "frameshard::SafetensorsFile: expected at least 8 bytes (the header "
-      "length) in ",
+      "SafetensorsFile",
+      "expected at least 8 bytes (the header length) in ",
       path_,
       ", got ",
       size);
   std::ifstream in(path_, std::ios::binary);
-  TORCH_CHECK(in, "frameshard::SafetensorsFile: cannot open ", path_);
+  FRAMESHARD_TORCH_CHECK(in, "SafetensorsFile", "cannot open ", path_);
   unsigned char len_bytes[8];
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) {
     header_len = (header_len << 8) | len_bytes[i];
   }
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       header_len <= kMaxHeaderBytes &&
           header_len <= static_cast<uint64_t>(size - 8),
-      "frameshard::SafetensorsFile: expected a header length <= ",
+      "SafetensorsFile",
+      "expected a header length <= ",
       std::min<uint64_t>(kMaxHeaderBytes, static_cast<uint64_t>(size - 8)),
       " bytes in ",
       path_,
@@ -204,8 +199,8 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
       " (not a safetensors file, or truncated)");
   std::string header(static_cast<size_t>(header_len), '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_len));
-  TORCH_CHECK(
-      in, "frameshard::SafetensorsFile: cannot read the header of ", path_);
+  FRAMESHARD_TORCH_CHECK(
+      in, "SafetensorsFile", "cannot read the header of ", path_);
   data_start_ = 8 + static_cast<int64_t>(header_len);
   const int64_t buffer_size = size - data_start_;
 
@@ -213,16 +208,18 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   try {
     j = nlohmann::json::parse(header);
   } catch (const nlohmann::json::exception& e) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         false,
-        "frameshard::SafetensorsFile: expected a JSON header in ",
+        "SafetensorsFile",
+        "expected a JSON header in ",
         path_,
         ", got a parse error: ",
         e.what());
   }
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       j.is_object(),
-      "frameshard::SafetensorsFile: expected a JSON object as the header of ",
+      "SafetensorsFile",
+      "expected a JSON object as the header of ",
       path_,
       ", got ",
       j.type_name());
@@ -232,18 +229,18 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     const std::string& name = it.key();
     const nlohmann::json& v = it.value();
     if (name == "__metadata__") {
-      TORCH_CHECK(
+      FRAMESHARD_TORCH_CHECK(
           v.is_object(),
-          "frameshard::SafetensorsFile: expected \"__metadata__\" to be an "
-          "object of strings in ",
+          "SafetensorsFile",
+          "expected \"__metadata__\" to be an object of strings in ",
           path_,
           ", got ",
           v.type_name());
       for (auto m = v.begin(); m != v.end(); ++m) {
-        TORCH_CHECK(
+        FRAMESHARD_TORCH_CHECK(
             m.value().is_string(),
-            "frameshard::SafetensorsFile: expected string values in "
-            "\"__metadata__\" of ",
+            "SafetensorsFile",
+            "expected string values in \"__metadata__\" of ",
             path_,
             ", got ",
             m.value().type_name(),
@@ -255,9 +252,10 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
       continue;
     }
     auto bad = [&](const std::string& what, const std::string& got) {
-      TORCH_CHECK(
+      FRAMESHARD_TORCH_CHECK(
           false,
-          "frameshard::SafetensorsFile: expected ",
+          "SafetensorsFile",
+          "expected ",
           what,
           " for tensor \"",
           name,
@@ -329,10 +327,10 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   std::sort(spans.begin(), spans.end());
   int64_t at = 0;
   for (const auto& s : spans) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         s.first == at,
-        "frameshard::SafetensorsFile: expected tensors that tile the byte "
-        "buffer of ",
+        "SafetensorsFile",
+        "expected tensors that tile the byte buffer of ",
         path_,
         " without overlap or gap, got one starting at ",
         s.first,
@@ -341,9 +339,10 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
         " was expected");
     at = s.second;
   }
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       at == buffer_size,
-      "frameshard::SafetensorsFile: expected the tensors of ",
+      "SafetensorsFile",
+      "expected the tensors of ",
       path_,
       " to end at the end of the file (",
       buffer_size,
@@ -366,9 +365,10 @@ const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
 
 at::Tensor SafetensorsFile::read(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       e.dtype != at::ScalarType::Undefined,
-      "frameshard::SafetensorsFile::read: expected tensor \"",
+      "SafetensorsFile::read",
+      "expected tensor \"",
       name,
       "\" of ",
       path_,
@@ -378,13 +378,14 @@ at::Tensor SafetensorsFile::read(const std::string& name) const {
   const int64_t bytes = e.end - e.begin;
   if (bytes > 0) {
     std::ifstream in(path_, std::ios::binary);
-    TORCH_CHECK(in, "frameshard::SafetensorsFile::read: cannot open ", path_);
+    FRAMESHARD_TORCH_CHECK(in, "SafetensorsFile::read", "cannot open ", path_);
     in.seekg(data_start_ + e.begin);
     in.read(
         static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         in && in.gcount() == bytes,
-        "frameshard::SafetensorsFile::read: expected ",
+        "SafetensorsFile::read",
+        "expected ",
         bytes,
         " bytes of tensor \"",
         name,
@@ -424,15 +425,16 @@ void save_safetensors(
   std::vector<at::Tensor> data;
   int64_t offset = 0;
   for (const auto& kv : tensors) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         !kv.first.empty() && kv.first != "__metadata__",
-        "frameshard::save_safetensors: expected tensor names other than \"\" "
-        "and \"__metadata__\", got \"",
+        "save_safetensors",
+        "expected tensor names other than \"\" and \"__metadata__\", got \"",
         kv.first,
         "\"");
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         kv.second.defined(),
-        "frameshard::save_safetensors: expected a defined tensor for \"",
+        "save_safetensors",
+        "expected a defined tensor for \"",
         kv.first,
         "\", got an undefined one");
     at::Tensor t = kv.second.detach().to(at::kCPU).contiguous();
@@ -451,8 +453,8 @@ void save_safetensors(
     text.push_back(' ');
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TORCH_CHECK(
-      out, "frameshard::save_safetensors: cannot open ", path, " for writing");
+  FRAMESHARD_TORCH_CHECK(
+      out, "save_safetensors", "cannot open ", path, " for writing");
   const uint64_t n = text.size();
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) {
@@ -468,8 +470,8 @@ void save_safetensors(
     }
   }
   out.flush();
-  TORCH_CHECK(
-      out.good(), "frameshard::save_safetensors: failed writing ", path);
+  FRAMESHARD_TORCH_CHECK(
+      out.good(), "save_safetensors", "failed writing ", path);
 }
 
 // --------------------------------------------------------- checkpoint
@@ -484,10 +486,10 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
     } else if (fs::exists(dir / "model.safetensors", ec)) {
       source = (dir / "model.safetensors").string();
     } else {
-      TORCH_CHECK(
+      FRAMESHARD_TORCH_CHECK(
           false,
-          "frameshard::SafetensorsCheckpoint::open: expected "
-          "model.safetensors or model.safetensors.index.json in ",
+          "SafetensorsCheckpoint::open",
+          "expected model.safetensors or model.safetensors.index.json in ",
           path,
           ", got neither");
     }
@@ -509,33 +511,34 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
   ck.sharded_ = true;
   file_size_of(source, "SafetensorsCheckpoint::open");
   std::ifstream in(source);
-  TORCH_CHECK(
-      in, "frameshard::SafetensorsCheckpoint::open: cannot open ", source);
+  FRAMESHARD_TORCH_CHECK(
+      in, "SafetensorsCheckpoint::open", "cannot open ", source);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         false,
-        "frameshard::SafetensorsCheckpoint::open: expected JSON in ",
+        "SafetensorsCheckpoint::open",
+        "expected JSON in ",
         source,
         ", got a parse error: ",
         e.what());
   }
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
-      "frameshard::SafetensorsCheckpoint::open: expected an object with a "
-      "\"weight_map\" object in ",
+      "SafetensorsCheckpoint::open",
+      "expected an object with a \"weight_map\" object in ",
       source,
       ", got ",
       j.is_object() ? "no \"weight_map\" object" : j.type_name());
   const fs::path dir = fs::path(source).parent_path();
   std::map<std::string, size_t> file_index;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         it.value().is_string(),
-        "frameshard::SafetensorsCheckpoint::open: expected a file name for "
-        "\"",
+        "SafetensorsCheckpoint::open",
+        "expected a file name for \"",
         it.key(),
         "\" in the weight_map of ",
         source,
@@ -548,9 +551,10 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
           std::make_shared<SafetensorsFile>((dir / file).string()));
       found = file_index.emplace(file, ck.files_.size() - 1).first;
     }
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         ck.files_[found->second]->contains(it.key()),
-        "frameshard::SafetensorsCheckpoint::open: expected tensor \"",
+        "SafetensorsCheckpoint::open",
+        "expected tensor \"",
         it.key(),
         "\" in ",
         ck.files_[found->second]->path(),

@@ -1,6 +1,8 @@
 // The toy Qwen-style tower (see frameshard/models/toy_tower.h).
 #include <frameshard/models/toy_tower.h>
 
+#include "tower/check.h"
+
 #include <cmath>
 #include <string>
 #include <utility>
@@ -46,11 +48,12 @@ at::Tensor run_module(const Holder& module, const at::Tensor& x) {
 
 ToyTowerImpl::ToyTowerImpl(const ToyTowerOptions& options) : options_(options) {
   const auto& o = options_;
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       o.channels > 0 && o.patch_size > 0 && o.temporal_patch_size > 0 &&
           o.spatial_merge_size > 0 && o.out_hidden > 0,
-      "frameshard::ToyTower: expected positive channels, patch_size, "
-      "temporal_patch_size, spatial_merge_size and out_hidden, got ",
+      "ToyTower",
+      "expected positive channels, patch_size, temporal_patch_size, "
+      "spatial_merge_size and out_hidden, got ",
       o.channels,
       ", ",
       o.patch_size,
@@ -60,22 +63,25 @@ ToyTowerImpl::ToyTowerImpl(const ToyTowerOptions& options) : options_(options) {
       o.spatial_merge_size,
       ", ",
       o.out_hidden);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       o.hidden > 0 && o.hidden % 4 == 0,
-      "frameshard::ToyTower: expected hidden a positive multiple of 4 (2-D "
-      "sinusoidal positions), got ",
+      "ToyTower",
+      "expected hidden a positive multiple of 4 (2-D sinusoidal positions), "
+      "got ",
       o.hidden);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       o.heads > 0 && o.hidden % o.heads == 0,
-      "frameshard::ToyTower: expected heads dividing hidden ",
+      "ToyTower",
+      "expected heads dividing hidden ",
       o.hidden,
       ", got ",
       o.heads);
-  TORCH_CHECK(
-      o.depth >= 1, "frameshard::ToyTower: expected depth >= 1, got ", o.depth);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
+      o.depth >= 1, "ToyTower", "expected depth >= 1, got ", o.depth);
+  FRAMESHARD_TORCH_CHECK(
       !o.deepstack || (o.deepstack_layer >= 0 && o.deepstack_layer < o.depth),
-      "frameshard::ToyTower: expected deepstack_layer in [0, ",
+      "ToyTower",
+      "expected deepstack_layer in [0, ",
       o.depth,
       "), got ",
       o.deepstack_layer);
@@ -171,19 +177,22 @@ std::vector<at::Tensor> ToyTowerImpl::forward(const TowerInput& input) {
   const auto& o = options_;
   const int64_t m = o.spatial_merge_size;
   const at::Tensor& pixels = input.pixel_values;
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       pixels.dim() == 2 && pixels.size(1) == o.in_features(),
-      "frameshard::ToyTower::forward: expected pixel_values [rows, ",
+      "ToyTower::forward",
+      "expected pixel_values [rows, ",
       o.in_features(),
       "], got ",
       pixels.sizes());
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       input.grid_thw.dim() == 2 && input.grid_thw.size(1) == 3,
-      "frameshard::ToyTower::forward: expected grid_thw [n, 3], got ",
+      "ToyTower::forward",
+      "expected grid_thw [n, 3], got ",
       input.grid_thw.sizes());
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       input.cu_seqlens.dim() == 1 && input.cu_seqlens.size(0) >= 1,
-      "frameshard::ToyTower::forward: expected cu_seqlens [frames + 1], got ",
+      "ToyTower::forward",
+      "expected cu_seqlens [frames + 1], got ",
       input.cu_seqlens.sizes());
   at::Tensor grid = input.grid_thw.to(at::kCPU, at::kLong).contiguous();
   at::Tensor cu = input.cu_seqlens.to(at::kCPU, at::kInt).contiguous();
@@ -194,18 +203,20 @@ std::vector<at::Tensor> ToyTowerImpl::forward(const TowerInput& input) {
   const auto* g = grid.data_ptr<int64_t>();
   const auto* c = cu.data_ptr<int32_t>();
   const int64_t frames = cu.size(0) - 1;
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       c[0] == 0,
-      "frameshard::ToyTower::forward: expected cu_seqlens[0] == 0, got ",
+      "ToyTower::forward",
+      "expected cu_seqlens[0] == 0, got ",
       c[0]);
   std::vector<at::Tensor> ys, xs;
   int64_t frame = 0;
   int64_t rows = 0;
   for (int64_t i = 0; i < grid.size(0); ++i) {
     const int64_t t = g[3 * i], h = g[3 * i + 1], w = g[3 * i + 2];
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         t > 0 && h > 0 && w > 0 && h % m == 0 && w % m == 0,
-        "frameshard::ToyTower::forward: expected grid_thw[",
+        "ToyTower::forward",
+        "expected grid_thw[",
         i,
         "] positive with h, w divisible by spatial_merge_size ",
         m,
@@ -217,9 +228,10 @@ std::vector<at::Tensor> ToyTowerImpl::forward(const TowerInput& input) {
         w,
         ")");
     for (int64_t k = 0; k < t; ++k, ++frame) {
-      TORCH_CHECK(
+      FRAMESHARD_TORCH_CHECK(
           frame < frames && c[frame + 1] - c[frame] == h * w,
-          "frameshard::ToyTower::forward: expected cu_seqlens segment ",
+          "ToyTower::forward",
+          "expected cu_seqlens segment ",
           frame,
           " of ",
           h * w,
@@ -234,15 +246,17 @@ std::vector<at::Tensor> ToyTowerImpl::forward(const TowerInput& input) {
     xs.push_back(yx.second.repeat({t}));
     rows += t * h * w;
   }
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       frame == frames,
-      "frameshard::ToyTower::forward: expected ",
+      "ToyTower::forward",
+      "expected ",
       frame,
       " cu_seqlens segments (grid_thw frames), got ",
       frames);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       rows == pixels.size(0) && c[frames] == rows,
-      "frameshard::ToyTower::forward: expected ",
+      "ToyTower::forward",
+      "expected ",
       rows,
       " pixel rows (sum t*h*w), got ",
       pixels.size(0),
@@ -276,15 +290,6 @@ VisionTower as_vision_tower(ToyTower tower) {
   // and forward() is not.
   std::shared_ptr<ToyTowerImpl> impl = tower.ptr();
   return [impl](const TowerInput& input) { return impl->forward(input); };
-}
-
-bool has_trainable_parameters(const torch::nn::Module& module) {
-  for (const auto& p : module.parameters(/*recurse=*/true)) {
-    if (p.requires_grad()) {
-      return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace models

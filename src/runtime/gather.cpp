@@ -6,9 +6,10 @@
 // only moves data, so any dtype works (bfloat16, bool, complex) whether or
 // not the backend has a kernel for it, and trailing dims are flattened.
 
-#include <frameshard/gather.h>
+#include <frameshard/runtime/gather.h>
 
-#include "internal/collectives.h"
+#include "runtime/collectives.h"
+#include "tower/check.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -21,109 +22,6 @@
 #include <utility>
 
 namespace frameshard {
-namespace internal {
-
-std::string rank_prefix(const char* fn, const ProcessGroupPtr& group) {
-  return c10::str(
-      "frameshard::",
-      fn,
-      ": [rank ",
-      group->getRank(),
-      "/",
-      group->getSize(),
-      "] ");
-}
-
-namespace {
-
-c10::intrusive_ptr<c10d::Work> checked_call(
-    const ProcessGroupPtr& group,
-    const char* fn,
-    const char* what,
-    const std::function<c10::intrusive_ptr<c10d::Work>()>& call) {
-  std::string error;
-  try {
-    return call();
-  } catch (const c10::Error& e) {
-    error = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  TORCH_CHECK(false, rank_prefix(fn, group), what, " could not start: ", error);
-  return {};
-}
-
-void wait_for(
-    const c10::intrusive_ptr<c10d::Work>& work,
-    const ProcessGroupPtr& group,
-    std::chrono::milliseconds timeout,
-    const char* fn,
-    const char* what) {
-  // Why both: Gloo bounds every transfer by the group's timeout; a shorter
-  // per-call timeout also bounds the wait here (the transfer itself then
-  // finishes or fails in Gloo's worker within the group timeout).
-  const char* hint =
-      " failed (a peer exited, raised before the collective, called a "
-      "different collective, or did not arrive within the timeout): ";
-  try {
-    if (timeout.count() > 0) {
-      work->wait(timeout);
-    } else {
-      work->wait();
-    }
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(
-        false, rank_prefix(fn, group), what, hint, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, rank_prefix(fn, group), what, hint, e.what());
-  }
-}
-
-std::chrono::milliseconds option_timeout(std::chrono::milliseconds t) {
-  return t.count() > 0 ? t : c10d::kUnsetTimeout;
-}
-
-}  // namespace
-
-void alltoall_rows(
-    const ProcessGroupPtr& group,
-    at::Tensor& output,
-    at::Tensor& input,
-    const std::vector<int64_t>& output_splits,
-    const std::vector<int64_t>& input_splits,
-    std::chrono::milliseconds timeout,
-    const char* fn) {
-  c10d::AllToAllOptions opts;
-  opts.timeout = option_timeout(timeout);
-  // alltoall_base takes non-const references to its split vectors.
-  std::vector<int64_t> out_splits = output_splits;
-  std::vector<int64_t> in_splits = input_splits;
-  auto work = checked_call(group, fn, "alltoall_base", [&] {
-    return group->alltoall_base(output, input, out_splits, in_splits, opts);
-  });
-  wait_for(work, group, timeout, fn, "alltoall_base");
-}
-
-std::vector<at::Tensor> allgather_equal(
-    const ProcessGroupPtr& group,
-    const at::Tensor& input,
-    std::chrono::milliseconds timeout,
-    const char* fn) {
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < group->getSize(); ++r) {
-    outputs[0].push_back(at::empty_like(input, at::MemoryFormat::Contiguous));
-  }
-  std::vector<at::Tensor> inputs{input.contiguous()};
-  c10d::AllgatherOptions opts;
-  opts.timeout = option_timeout(timeout);
-  auto work = checked_call(group, fn, "allgather", [&] {
-    return group->allgather(outputs, inputs, opts);
-  });
-  wait_for(work, group, timeout, fn, "allgather");
-  return outputs[0];
-}
-
-}  // namespace internal
 
 namespace {
 
@@ -261,8 +159,8 @@ at::Tensor all_gather_rows(
     const std::vector<int64_t>& counts,
     const ProcessGroupPtr& group,
     const GatherOptions& options) {
-  TORCH_CHECK(
-      group, "frameshard::all_gather_rows: expected a process group, got null");
+  FRAMESHARD_TORCH_CHECK(
+      group, "all_gather_rows", "expected a process group, got null");
   const std::string prefix = internal::rank_prefix(kFn, group);
   const int world = group->getSize();
   const int rank = group->getRank();
@@ -319,21 +217,24 @@ at::Tensor all_gather_rows(
 GatherTraffic gather_traffic(
     const std::vector<int64_t>& counts, int64_t rank, int64_t row_bytes) {
   const auto world = static_cast<int64_t>(counts.size());
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       rank >= 0 && rank < world,
-      "frameshard::gather_traffic: expected rank in [0, ",
+      "gather_traffic",
+      "expected rank in [0, ",
       world,
       "), got ",
       rank);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       row_bytes >= 0,
-      "frameshard::gather_traffic: expected row_bytes >= 0, got ",
+      "gather_traffic",
+      "expected row_bytes >= 0, got ",
       row_bytes);
   int64_t largest = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         counts[r] >= 0,
-        "frameshard::gather_traffic: expected counts[",
+        "gather_traffic",
+        "expected counts[",
         r,
         "] >= 0, got ",
         counts[r]);

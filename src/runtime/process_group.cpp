@@ -1,7 +1,9 @@
 // Process-group construction (Gloo; NCCL behind FRAMESHARD_WITH_NCCL), the
 // torchrun environment, and the DP x CP x TP mesh arithmetic.
 
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/process_group.h>
+
+#include "tower/check.h"
 
 #include <c10/util/Exception.h>
 #include <c10/util/Optional.h>
@@ -24,42 +26,35 @@ namespace frameshard {
 namespace {
 
 void check_rank_size(const char* fn, int rank, int size) {
-  TORCH_CHECK(
-      size >= 1, "frameshard::", fn, ": expected size >= 1, got ", size);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(size >= 1, fn, "expected size >= 1, got ", size);
+  FRAMESHARD_TORCH_CHECK(
       rank >= 0 && rank < size,
-      "frameshard::",
       fn,
-      ": expected rank in [0, ",
+      "expected rank in [0, ",
       size,
       "), got ",
       rank);
 }
 
 void check_group_options(const char* fn, const GroupOptions& options) {
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       options.timeout.count() > 0,
-      "frameshard::",
       fn,
-      ": expected a positive timeout, got ",
+      "expected a positive timeout, got ",
       options.timeout.count(),
       " ms");
-  TORCH_CHECK(
-      options.threads >= 1,
-      "frameshard::",
-      fn,
-      ": expected threads >= 1, got ",
-      options.threads);
+  FRAMESHARD_TORCH_CHECK(
+      options.threads >= 1, fn, "expected threads >= 1, got ", options.threads);
 }
 
 /// Reads an integer environment variable; nullopt when unset.
 c10::optional<int64_t> env_int(const char* name, bool required) {
   const char* raw = std::getenv(name);
   if (raw == nullptr || *raw == '\0') {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         !required,
-        "frameshard::read_launch_env: expected environment "
-        "variable ",
+        "read_launch_env",
+        "expected environment variable ",
         name,
         " to be set (torchrun sets it), got nothing");
     return c10::nullopt;
@@ -67,9 +62,9 @@ c10::optional<int64_t> env_int(const char* name, bool required) {
   errno = 0;
   char* end = nullptr;
   const long long value = std::strtoll(raw, &end, 10);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       errno == 0 && end != raw && *end == '\0',
-      "frameshard::read_launch_env: "
+      "read_launch_env",
       "expected environment variable ",
       name,
       " to be an integer, got '",
@@ -90,7 +85,8 @@ std::string join(const std::vector<int>& v) {
 
 ProcessGroupPtr make_gloo_group(
     const StorePtr& store, int rank, int size, const GroupOptions& options) {
-  TORCH_CHECK(store, "frameshard::make_gloo_group: expected a store, got null");
+  FRAMESHARD_TORCH_CHECK(
+      store, "make_gloo_group", "expected a store, got null");
   check_rank_size("make_gloo_group", rank, size);
   check_group_options("make_gloo_group", options);
   auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
@@ -102,9 +98,8 @@ ProcessGroupPtr make_gloo_group(
 
 ProcessGroupPtr make_file_store_group(
     const std::string& path, int rank, int size, const GroupOptions& options) {
-  TORCH_CHECK(
-      !path.empty(),
-      "frameshard::make_file_store_group: expected a file path, got ''");
+  FRAMESHARD_TORCH_CHECK(
+      !path.empty(), "make_file_store_group", "expected a file path, got ''");
   check_rank_size("make_file_store_group", rank, size);
   StorePtr store = c10::make_intrusive<c10d::FileStore>(path, size);
   store->setTimeout(options.timeout);
@@ -114,15 +109,16 @@ ProcessGroupPtr make_file_store_group(
 LaunchEnv read_launch_env() {
   LaunchEnv env;
   const int64_t world = *env_int("WORLD_SIZE", true);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       world >= 1 && world <= (1 << 24),
-      "frameshard::read_launch_env: expected "
-      "WORLD_SIZE >= 1, got ",
+      "read_launch_env",
+      "expected WORLD_SIZE >= 1, got ",
       world);
   const int64_t rank = *env_int("RANK", true);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       rank >= 0 && rank < world,
-      "frameshard::read_launch_env: expected RANK in [0, WORLD_SIZE=",
+      "read_launch_env",
+      "expected RANK in [0, WORLD_SIZE=",
       world,
       "), got ",
       rank);
@@ -130,21 +126,24 @@ LaunchEnv read_launch_env() {
   // that omit it mean local rank == rank.
   const auto local = env_int("LOCAL_RANK", false);
   const int64_t local_rank = local ? *local : rank;
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       local_rank >= 0 && local_rank < world,
-      "frameshard::read_launch_env: expected LOCAL_RANK in [0, WORLD_SIZE=",
+      "read_launch_env",
+      "expected LOCAL_RANK in [0, WORLD_SIZE=",
       world,
       "), got ",
       local_rank);
   const char* addr = std::getenv("MASTER_ADDR");
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       addr != nullptr && *addr != '\0',
-      "frameshard::read_launch_env: expected environment variable "
-      "MASTER_ADDR to be set (torchrun sets it), got nothing");
+      "read_launch_env",
+      "expected environment variable MASTER_ADDR to be set (torchrun sets it), "
+      "got nothing");
   const int64_t port = *env_int("MASTER_PORT", true);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       port >= 1 && port <= 65535,
-      "frameshard::read_launch_env: expected MASTER_PORT in [1, 65535], got ",
+      "read_launch_env",
+      "expected MASTER_PORT in [1, 65535], got ",
       port);
   env.world_size = static_cast<int>(world);
   env.rank = static_cast<int>(rank);
@@ -170,7 +169,8 @@ ProcessGroupPtr make_group_from_env(const GroupOptions& options) {
 #ifdef FRAMESHARD_WITH_NCCL
 ProcessGroupPtr make_nccl_group(
     const StorePtr& store, int rank, int size, const GroupOptions& options) {
-  TORCH_CHECK(store, "frameshard::make_nccl_group: expected a store, got null");
+  FRAMESHARD_TORCH_CHECK(
+      store, "make_nccl_group", "expected a store, got null");
   check_rank_size("make_nccl_group", rank, size);
   check_group_options("make_nccl_group", options);
   auto opts = c10d::ProcessGroupNCCL::Options::create();
@@ -194,18 +194,16 @@ std::array<bool, 3> spanned_dims(
     } else if (d == "tp") {
       index = 2;
     }
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         index >= 0,
-        "frameshard::",
         fn,
-        ": expected mesh_dims entries among dp, cp, tp, got '",
+        "expected mesh_dims entries among dp, cp, tp, got '",
         d,
         "'");
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         !spans[index],
-        "frameshard::",
         fn,
-        ": expected mesh_dims without duplicates, got '",
+        "expected mesh_dims without duplicates, got '",
         d,
         "' twice");
     spans[index] = true;
@@ -214,21 +212,19 @@ std::array<bool, 3> spanned_dims(
 }
 
 void check_shape(const MeshShape& shape, const char* fn) {
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       shape.dp >= 1 && shape.cp >= 1 && shape.tp >= 1,
-      "frameshard::",
       fn,
-      ": expected mesh sizes >= 1, got dp=",
+      "expected mesh sizes >= 1, got dp=",
       shape.dp,
       " cp=",
       shape.cp,
       " tp=",
       shape.tp);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       shape.size() <= (int64_t{1} << 24),
-      "frameshard::",
       fn,
-      ": expected a mesh of at most 2^24 ranks, got ",
+      "expected a mesh of at most 2^24 ranks, got ",
       shape.size());
 }
 
@@ -241,11 +237,10 @@ std::vector<int> mesh_group_ranks(
   const char* fn = "mesh_group_ranks";
   check_shape(shape, fn);
   const auto spans = spanned_dims(mesh_dims, fn);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       global_rank >= 0 && global_rank < shape.size(),
-      "frameshard::",
       fn,
-      ": expected global_rank in [0, ",
+      "expected global_rank in [0, ",
       shape.size(),
       "), got ",
       global_rank);
@@ -296,33 +291,27 @@ ProcessGroupPtr make_subgroup(
     const std::string& tag,
     const GroupOptions& options) {
   const char* fn = "make_subgroup";
-  TORCH_CHECK(store, "frameshard::", fn, ": expected a store, got null");
-  TORCH_CHECK(
-      !members.empty(),
-      "frameshard::",
-      fn,
-      ": expected at least one member, got none");
+  FRAMESHARD_TORCH_CHECK(store, fn, "expected a store, got null");
+  FRAMESHARD_TORCH_CHECK(
+      !members.empty(), fn, "expected at least one member, got none");
   for (size_t i = 0; i < members.size(); ++i) {
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         members[i] >= 0,
-        "frameshard::",
         fn,
-        ": expected non-negative member ranks, got ",
+        "expected non-negative member ranks, got ",
         members[i]);
-    TORCH_CHECK(
+    FRAMESHARD_TORCH_CHECK(
         i == 0 || members[i] > members[i - 1],
-        "frameshard::",
         fn,
-        ": expected ascending members without duplicates, got [",
+        "expected ascending members without duplicates, got [",
         join(members),
         "]");
   }
   const auto it = std::find(members.begin(), members.end(), global_rank);
-  TORCH_CHECK(
+  FRAMESHARD_TORCH_CHECK(
       it != members.end(),
-      "frameshard::",
       fn,
-      ": expected global_rank ",
+      "expected global_rank ",
       global_rank,
       " among the members [",
       join(members),

@@ -17,7 +17,8 @@ step() { echo "== $*"; }
 step "install $BUILD -> $TMP/prefix"
 cmake --install "$BUILD" --prefix "$TMP/prefix" >"$TMP/install.log"
 for f in lib/cmake/frameshard/frameshardConfig.cmake \
-         include/frameshard/encode.h include/frameshard/models/toy_tower.h \
+         include/frameshard/runtime/encode.h include/frameshard/tower.h \
+         include/frameshard/build_config.h include/frameshard/models/toy_tower.h \
          bin/frameshard; do
   [ -e "$TMP/prefix/$f" ] || { echo "FAIL: $f not installed" >&2; exit 1; }
 done

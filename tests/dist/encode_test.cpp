@@ -22,7 +22,7 @@
 // measured over seeds 0..7 and worlds 2..4: at most 0.023 of the scale,
 // while a slice-only backward is off by 0.7 to 1.0 of it.
 
-#include <frameshard/encode.h>
+#include <frameshard/runtime/encode.h>
 
 #include "testing/run_ranks.h"
 

@@ -4,7 +4,7 @@
 // central-difference estimate, and shown to differ from a slice-only
 // backward); failures on one rank are errors on the others, not hangs.
 
-#include <frameshard/gather.h>
+#include <frameshard/runtime/gather.h>
 
 #include "testing/run_ranks.h"
 

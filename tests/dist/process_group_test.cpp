@@ -2,7 +2,7 @@
 // environment, subgroups over a PrefixStore, and the DP x CP x TP mesh
 // arithmetic that picks each group's members.
 
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/process_group.h>
 
 #include "testing/run_ranks.h"
 

@@ -17,9 +17,9 @@
 // Numerical parity with `transformers` itself is the Python fixture test's
 // job (it runs `frameshard encode` on HF-saved tiny models).
 
-#include <frameshard/encode.h>
 #include <frameshard/models/qwen_vision.h>
 #include <frameshard/models/safetensors.h>
+#include <frameshard/runtime/encode.h>
 
 #include "testing/run_ranks.h"
 

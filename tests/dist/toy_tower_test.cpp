@@ -1,8 +1,8 @@
 // The toy Qwen-style tower: shapes, per-frame independence, the position
 // signal, dtypes, input checks, and sharded-vs-replicated parity through
 // frameshard::encode (values and every parameter gradient).
-#include <frameshard/encode.h>
 #include <frameshard/models/toy_tower.h>
+#include <frameshard/runtime/encode.h>
 
 #include "testing/run_ranks.h"
 
@@ -84,7 +84,7 @@ TEST(ToyTower, OutputShapesAndRegisteredParameters) {
 
   // embed (2) + depth 2 x 6 modules x 2 + two mergers x 3 modules x 2.
   EXPECT_EQ(tower->parameters().size(), 2u + 2 * 12 + 2 * 6);
-  EXPECT_TRUE(models::has_trainable_parameters(*tower));
+  EXPECT_TRUE(has_trainable_parameters(*tower));
 
   // Every parameter takes part: all get a non-zero gradient.
   at::Tensor loss = outs[0].pow(2).sum() + outs[1].pow(2).sum();
@@ -101,7 +101,7 @@ TEST(ToyTower, OutputShapesAndRegisteredParameters) {
   for (auto& p : tower->parameters()) {
     p.set_requires_grad(false);
   }
-  EXPECT_FALSE(models::has_trainable_parameters(*tower));
+  EXPECT_FALSE(has_trainable_parameters(*tower));
 
   ToyTowerOptions no_ds;
   no_ds.deepstack = false;
@@ -339,7 +339,7 @@ void check_parity(const ParityCase& c) {
     o.plan.policy.enabled = true;
     o.plan.policy.min_tokens = 0;
     o.plan.policy.min_frames = 0;
-    o.tower_trainable = models::has_trainable_parameters(*towers[rank]);
+    o.tower_trainable = has_trainable_parameters(*towers[rank]);
     auto res =
         encode(models::as_vision_tower(towers[rank]), pixels, grid, pg, o);
     at::Tensor loss = rank_loss(res.outputs, weights, rank, world);

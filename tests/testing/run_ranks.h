@@ -25,7 +25,7 @@
 // running and ends the process with exit code 3.
 #pragma once
 
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/process_group.h>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>

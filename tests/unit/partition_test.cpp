@@ -1,5 +1,6 @@
 #include <frameshard/error.h>
 #include <frameshard/partition.h>
+#include <frameshard/splitmix64.h>
 
 #include <gtest/gtest.h>
 
@@ -10,13 +11,11 @@
 #include <vector>
 
 #include "testing/expect_error.h"
-#include "testing/rng.h"
 
 namespace frameshard {
 namespace {
 
 using testing::error_of;
-using testing::Rng;
 
 using Cuts = std::vector<int64_t>;
 
@@ -419,7 +418,7 @@ TEST(PartitionCosts, RejectsBadInput) {
 // Small integer costs (many ties and zeros): the optimum equals a brute-force
 // DP and the cuts follow the tie rule found by exhaustive search.
 TEST(PartitionProperties, OptimalMatchesBruteForceOnSmallInputs) {
-  Rng rng{1};
+  SplitMix64 rng(1);
   for (int trial = 0; trial < 3000; ++trial) {
     const int64_t n = rng.uniform(0, 12);
     const int64_t k = rng.uniform(1, 5);
@@ -443,7 +442,7 @@ TEST(PartitionProperties, OptimalMatchesBruteForceOnSmallInputs) {
 // optimal is never worse than greedy or count, and LPT stays within its
 // list-scheduling bound.
 TEST(PartitionProperties, RandomWorkloads) {
-  Rng rng{2};
+  SplitMix64 rng(2);
   for (int trial = 0; trial < 3000; ++trial) {
     const int64_t n = rng.uniform(0, 300);
     const int64_t k = rng.uniform(1, 70);
@@ -513,7 +512,7 @@ TEST(PartitionProperties, RandomWorkloads) {
 
 // Graham's bound against the true non-contiguous optimum.
 TEST(PartitionProperties, LptWithinGrahamBound) {
-  Rng rng{3};
+  SplitMix64 rng(3);
   for (int trial = 0; trial < 400; ++trial) {
     const int64_t n = rng.uniform(1, 8);
     const int64_t k = rng.uniform(1, 3);
@@ -532,7 +531,7 @@ TEST(PartitionProperties, LptWithinGrahamBound) {
 
 // Large inputs stay exact: integer costs up to ~1e9 over 65k units.
 TEST(PartitionProperties, LargeIntegerInputsAgreeWithGreedyBound) {
-  Rng rng{4};
+  SplitMix64 rng(4);
   std::vector<double> costs;
   for (int i = 0; i < 65536; ++i) {
     const double p = static_cast<double>(4 * rng.uniform(16, 4096));

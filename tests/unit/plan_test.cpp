@@ -1,5 +1,6 @@
 #include <frameshard/error.h>
 #include <frameshard/plan.h>
+#include <frameshard/splitmix64.h>
 
 #include <gtest/gtest.h>
 
@@ -11,16 +12,14 @@
 
 // The fingerprint hasher is internal to the core; it is tested here against
 // the reference XXH64 so the plan fingerprint is pinned across platforms.
-#include "internal/fingerprint.h"
+#include "core/fingerprint.h"
 
 #include "testing/expect_error.h"
-#include "testing/rng.h"
 
 namespace frameshard {
 namespace {
 
 using testing::error_of;
-using testing::Rng;
 
 using Grid = std::vector<GridThw>;
 using Ints = std::vector<int64_t>;
@@ -497,7 +496,7 @@ TEST(MakePlan, FingerprintTracksWhatRanksMustAgreeOn) {
 // invariants hold, the plan is deterministic, and the fingerprint separates
 // distinct plans.
 TEST(MakePlan, RandomWorkloadInvariants) {
-  Rng rng{11};
+  SplitMix64 rng(11);
   std::set<uint64_t> fingerprints;
   int distinct_inputs = 0;
   for (int trial = 0; trial < 1500; ++trial) {

@@ -60,9 +60,9 @@
 #pragma once
 
 #include <frameshard/cost.h>
-#include <frameshard/encode.h>
 #include <frameshard/frames.h>
 #include <frameshard/models/safetensors.h>
+#include <frameshard/tower.h>
 
 #include <torch/torch.h>
 

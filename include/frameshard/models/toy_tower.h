@@ -23,7 +23,7 @@
 //   frameshard::VisionTower fn = frameshard::models::as_vision_tower(tower);
 #pragma once
 
-#include <frameshard/encode.h>
+#include <frameshard/tower.h>
 
 #include <torch/torch.h>
 
@@ -79,9 +79,6 @@ TORCH_MODULE(ToyTower);
 
 /// Wraps a tower module as the callable frameshard::encode takes.
 VisionTower as_vision_tower(ToyTower tower);
-
-/// True if any parameter of `module` requires grad.
-bool has_trainable_parameters(const torch::nn::Module& module);
 
 }  // namespace models
 }  // namespace frameshard

@@ -1,4 +1,4 @@
-// File: frameshard/process_group.h
+// File: frameshard/runtime/process_group.h
 //
 // Creating the c10d process groups the runtime runs on. The runtime itself
 // takes any c10::intrusive_ptr<c10d::ProcessGroup> (built here, or handed in

@@ -1,6 +1,7 @@
-// File: internal/fingerprint.h
+// File: core/fingerprint.h
 //
-// !!! Internal header of frameshard::core, not installed. !!!
+// !!! Internal header of frameshard::core, not installed. Header-only: the
+// hash runs per frame unit inside make_plan and must inline. !!!
 //
 // A streaming 64-bit hash over a sequence of int64 words: XXH64 (seed 0) of
 // the words' little-endian bytes, computed word by word so the result is the

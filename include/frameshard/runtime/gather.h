@@ -1,4 +1,4 @@
-// File: frameshard/gather.h
+// File: frameshard/runtime/gather.h
 //
 // The differentiable, unpadded variable-size all-gather along dim 0.
 //
@@ -28,7 +28,7 @@
 // all_gather_rows itself trusts `counts`.
 #pragma once
 
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/process_group.h>
 
 #include <ATen/ATen.h>
 

@@ -1,9 +1,10 @@
-// Internal: thin blocking wrappers over the c10d collectives the runtime
+// !!! Internal header of frameshard::runtime, not installed. !!!
+// thin blocking wrappers over the c10d collectives the runtime
 // uses, with one place for timeouts and error wording. Defined in
-// src/runtime/gather.cpp.
+// src/runtime/collectives.cpp.
 #pragma once
 
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/process_group.h>
 
 #include <ATen/ATen.h>
 

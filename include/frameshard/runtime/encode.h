@@ -1,4 +1,4 @@
-// File: frameshard/encode.h
+// File: frameshard/runtime/encode.h
 //
 // Sharded encode: run the vision tower (and its projector/merger) once per
 // rank on that rank's frames only, then gather every output back in the
@@ -18,9 +18,10 @@
 //   6. gather all outputs in ONE collective, fused along the feature dim,
 //      restore the original order (lpt), split back into the outputs.
 //
-// The tower is anything callable on a TowerInput returning one or more
-// [rows, hidden_i] tensors of one dtype (e.g. embeddings and DeepStack
-// features); rows are merged tokens (local_tokens of the plan).
+// The tower is a frameshard::VisionTower (frameshard/tower.h): anything
+// callable on a TowerInput returning one or more [rows, hidden_i] tensors of
+// one dtype (e.g. embeddings and DeepStack features); rows are merged tokens
+// (local_tokens of the plan).
 //
 // Gradient scope: the gather's backward sums gradients over the group. A
 // trainable tower sharded over a group wider than CP (e.g. CP x TP, where the
@@ -42,9 +43,10 @@
 // and options.
 #pragma once
 
-#include <frameshard/gather.h>
 #include <frameshard/plan.h>
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/gather.h>
+#include <frameshard/runtime/process_group.h>
+#include <frameshard/tower.h>
 
 #include <ATen/ATen.h>
 
@@ -54,24 +56,14 @@
 
 namespace frameshard {
 
-/// What the tower receives: the local frames only.
-struct TowerInput {
-  at::Tensor pixel_values;  // [local_patch_rows, features], same dtype/device
-                            // as the global pixel_values
-  at::Tensor grid_thw;      // int64 [local grid rows, 3], same device as
-                            // pixel_values (Qwen towers index with it)
-  at::Tensor cu_seqlens;    // int32 [local frames + 1], one segment per frame
-};
-
-using VisionTower = std::function<std::vector<at::Tensor>(const TowerInput&)>;
-
 struct EncodeOptions {
   /// plan.world is cp_size and must equal the group's size.
   PlanOptions plan;
   /// False when the group is wider than CP (e.g. CP x TP); allowed only for
   /// a frozen tower.
   bool group_spans_only_cp = true;
-  /// Whether the tower has trainable parameters (see has_trainable_parameters).
+  /// Whether the tower has trainable parameters (has_trainable_parameters in
+  /// frameshard/tower.h).
   bool tower_trainable = true;
   /// Timeout of the consensus and gather collectives; 0: group default.
   std::chrono::milliseconds timeout{0};
@@ -93,15 +85,5 @@ EncodeResult encode(
     const at::Tensor& grid_thw,
     const ProcessGroupPtr& group,
     const EncodeOptions& options);
-
-/// Converts an integer [n, 3] tensor into grid rows (errors name the shape).
-std::vector<GridThw> grid_from_tensor(const at::Tensor& grid_thw);
-
-/// The cu_seqlens a Qwen-style tower takes for `grid` on the replicated path:
-/// int32 [frames + 1], one segment of h*w rows per temporal patch (frame),
-/// on `device`. Raises if a cumulative row count does not fit int32.
-at::Tensor frame_cu_seqlens(
-    const std::vector<GridThw>& grid,
-    c10::Device device = c10::Device(c10::kCPU));
 
 }  // namespace frameshard

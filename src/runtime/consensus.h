@@ -1,14 +1,15 @@
-// Internal: the consensus step of frameshard::encode. Before any payload
+// !!! Internal header of frameshard::runtime, not installed. !!!
+// the consensus step of frameshard::encode. Before any payload
 // moves, every rank contributes one fixed-size record (status, plan
 // fingerprint, output rows, dtype, widths, requires-grad, grad mode, a
 // truncated error message) to ONE equal-size all-gather; every rank then
 // runs the same checks over the same records, so a failure or disagreement
 // on any rank raises the same error text (after the "[rank r/W] " prefix) on
 // every rank instead of leaving peers blocked in the next collective.
-// Defined in src/runtime/encode.cpp.
+// Defined in src/runtime/consensus.cpp.
 #pragma once
 
-#include <frameshard/process_group.h>
+#include <frameshard/runtime/process_group.h>
 
 #include <c10/core/Device.h>
 

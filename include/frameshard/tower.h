@@ -1,0 +1,76 @@
+// File: frameshard/tower.h
+//
+// The tower contract: what a vision tower receives and returns, shared by the
+// towers (frameshard::models) and the runtime that shards them
+// (frameshard::runtime) without either depending on the other. Needs ATen,
+// never c10d. No call here is collective.
+//
+// A tower is anything callable on a TowerInput (the packed pixel rows of some
+// frames, their grid_thw and one cu_seqlens segment per frame) returning one
+// or more [merged tokens, hidden_i] tensors of one dtype (e.g. embeddings and
+// DeepStack features).
+//
+// Usage:
+//   std::vector<frameshard::GridThw> grid = {{1, 8, 12}, {4, 4, 4}};
+//   frameshard::TowerInput in{pixels, frameshard::grid_to_tensor(grid),
+//                             frameshard::frame_cu_seqlens(grid)};
+//   std::vector<at::Tensor> outs = tower(in);  // a frameshard::VisionTower
+#pragma once
+
+#include <frameshard/frames.h>
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <vector>
+
+namespace torch {
+namespace nn {
+class Module;
+}  // namespace nn
+}  // namespace torch
+
+namespace frameshard {
+
+/// What the tower receives: the local frames only.
+struct TowerInput {
+  at::Tensor pixel_values;  // [local_patch_rows, features], same dtype/device
+                            // as the global pixel_values
+  at::Tensor grid_thw;      // int64 [local grid rows, 3], same device as
+                            // pixel_values (Qwen towers index with it)
+  at::Tensor cu_seqlens;    // int32 [local frames + 1], one segment per frame
+};
+
+using VisionTower = std::function<std::vector<at::Tensor>(const TowerInput&)>;
+
+/// Converts an integer [n, 3] tensor into grid rows (errors name the shape).
+std::vector<GridThw> grid_from_tensor(const at::Tensor& grid_thw);
+
+/// The int64 [n, 3] tensor of `grid` on `device` (inverse of
+/// grid_from_tensor).
+at::Tensor grid_to_tensor(
+    const std::vector<GridThw>& grid,
+    c10::Device device = c10::Device(c10::kCPU));
+
+/// The cu_seqlens a Qwen-style tower takes for `grid`: int32 [frames + 1],
+/// one segment of h*w rows per temporal patch (frame), on `device`. Raises if
+/// a cumulative row count does not fit int32.
+at::Tensor frame_cu_seqlens(
+    const std::vector<GridThw>& grid,
+    c10::Device device = c10::Device(c10::kCPU));
+
+/// `offsets` (e.g. a plan's RankShard::cu_seqlens) as an int32 tensor on
+/// `device`; raises if an entry does not fit int32.
+at::Tensor cu_seqlens_tensor(
+    const std::vector<int64_t>& offsets,
+    c10::Device device = c10::Device(c10::kCPU));
+
+/// Per-frame cumulative patch rows of `grid`: frames + 1 entries from 0
+/// (frame_cu_seqlens before the int32 conversion).
+std::vector<int64_t> frame_offsets(const std::vector<GridThw>& grid);
+
+/// True if any parameter of `module` requires grad (encode's
+/// EncodeOptions::tower_trainable).
+bool has_trainable_parameters(const torch::nn::Module& module);
+
+}  // namespace frameshard

@@ -1,0 +1,18 @@
+// The one place the "frameshard::<fn>: [rank r/W] " error prefix is spelled.
+
+#include <frameshard/error.h>
+
+namespace frameshard {
+namespace detail {
+
+std::string error_prefix(const char* fn) {
+  return std::string("frameshard::") + fn + ": ";
+}
+
+std::string error_prefix(const char* fn, int64_t rank, int64_t world) {
+  return error_prefix(fn) + "[rank " + std::to_string(rank) + "/" +
+         std::to_string(world) + "] ";
+}
+
+}  // namespace detail
+}  // namespace frameshard

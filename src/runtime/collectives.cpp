@@ -1,0 +1,112 @@
+// Thin blocking wrappers over the c10d collectives the runtime uses
+// (runtime/collectives.h): one place for timeouts and error wording.
+
+#include "runtime/collectives.h"
+
+#include <frameshard/error.h>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <functional>
+#include <string>
+
+namespace frameshard {
+namespace internal {
+
+std::string rank_prefix(const char* fn, const ProcessGroupPtr& group) {
+  return ::frameshard::detail::error_prefix(
+      fn, group->getRank(), group->getSize());
+}
+
+namespace {
+
+c10::intrusive_ptr<c10d::Work> checked_call(
+    const ProcessGroupPtr& group,
+    const char* fn,
+    const char* what,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& call) {
+  std::string error;
+  try {
+    return call();
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  TORCH_CHECK(false, rank_prefix(fn, group), what, " could not start: ", error);
+  return {};
+}
+
+void wait_for(
+    const c10::intrusive_ptr<c10d::Work>& work,
+    const ProcessGroupPtr& group,
+    std::chrono::milliseconds timeout,
+    const char* fn,
+    const char* what) {
+  // Why both: Gloo bounds every transfer by the group's timeout; a shorter
+  // per-call timeout also bounds the wait here (the transfer itself then
+  // finishes or fails in Gloo's worker within the group timeout).
+  const char* hint =
+      " failed (a peer exited, raised before the collective, called a "
+      "different collective, or did not arrive within the timeout): ";
+  try {
+    if (timeout.count() > 0) {
+      work->wait(timeout);
+    } else {
+      work->wait();
+    }
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(
+        false, rank_prefix(fn, group), what, hint, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, rank_prefix(fn, group), what, hint, e.what());
+  }
+}
+
+std::chrono::milliseconds option_timeout(std::chrono::milliseconds t) {
+  return t.count() > 0 ? t : c10d::kUnsetTimeout;
+}
+
+}  // namespace
+
+void alltoall_rows(
+    const ProcessGroupPtr& group,
+    at::Tensor& output,
+    at::Tensor& input,
+    const std::vector<int64_t>& output_splits,
+    const std::vector<int64_t>& input_splits,
+    std::chrono::milliseconds timeout,
+    const char* fn) {
+  c10d::AllToAllOptions opts;
+  opts.timeout = option_timeout(timeout);
+  // alltoall_base takes non-const references to its split vectors.
+  std::vector<int64_t> out_splits = output_splits;
+  std::vector<int64_t> in_splits = input_splits;
+  auto work = checked_call(group, fn, "alltoall_base", [&] {
+    return group->alltoall_base(output, input, out_splits, in_splits, opts);
+  });
+  wait_for(work, group, timeout, fn, "alltoall_base");
+}
+
+std::vector<at::Tensor> allgather_equal(
+    const ProcessGroupPtr& group,
+    const at::Tensor& input,
+    std::chrono::milliseconds timeout,
+    const char* fn) {
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < group->getSize(); ++r) {
+    outputs[0].push_back(at::empty_like(input, at::MemoryFormat::Contiguous));
+  }
+  std::vector<at::Tensor> inputs{input.contiguous()};
+  c10d::AllgatherOptions opts;
+  opts.timeout = option_timeout(timeout);
+  auto work = checked_call(group, fn, "allgather", [&] {
+    return group->allgather(outputs, inputs, opts);
+  });
+  wait_for(work, group, timeout, fn, "allgather");
+  return outputs[0];
+}
+
+}  // namespace internal
+}  // namespace frameshard

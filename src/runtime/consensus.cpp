@@ -1,0 +1,289 @@
+// The consensus step of frameshard::encode (runtime/consensus.h): one
+// fixed-size record per rank in one equal-size all-gather, then the same
+// checks over the same records on every rank.
+
+#include "runtime/consensus.h"
+
+#include "runtime/collectives.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+namespace frameshard {
+namespace internal {
+namespace {
+
+constexpr int64_t kMagic = 0x46534e5343303031;  // "FSNSC001"
+enum Word : int64_t {
+  kWMagic = 0,
+  kWOk,
+  kWFingerprint,
+  kWPath,
+  kWRows,
+  kWDtype,
+  kWOutputs,
+  kWWidthsHash,
+  kWTotalWidth,
+  kWRequiresGrad,
+  kWGradMode,
+  kWWidths,  // kConsensusListedWidths entries
+  kWMessageLength = kWWidths + kConsensusListedWidths,
+  kWMessage,  // kConsensusMessageBytes bytes
+  kWords = kWMessage + kConsensusMessageBytes / 8,
+};
+static_assert(kConsensusMessageBytes % 8 == 0, "message packs into words");
+
+int64_t widths_hash(const std::vector<int64_t>& widths) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
+  for (int64_t w : widths) {
+    h ^= static_cast<uint64_t>(w);
+    h *= 1099511628211ull;
+  }
+  h ^= widths.size();
+  h *= 1099511628211ull;
+  int64_t out = 0;
+  std::memcpy(&out, &h, sizeof(out));
+  return out;
+}
+
+std::vector<int64_t> pack(const ConsensusRecord& r) {
+  std::vector<int64_t> w(kWords, 0);
+  w[kWMagic] = kMagic;
+  w[kWOk] = r.ok ? 1 : 0;
+  std::memcpy(&w[kWFingerprint], &r.fingerprint, sizeof(int64_t));
+  w[kWPath] = r.path;
+  w[kWRows] = r.rows;
+  w[kWDtype] = r.dtype;
+  w[kWOutputs] = static_cast<int64_t>(r.widths.size());
+  w[kWWidthsHash] = widths_hash(r.widths);
+  int64_t total = 0;
+  for (int64_t x : r.widths) {
+    total += x;
+  }
+  w[kWTotalWidth] = total;
+  w[kWRequiresGrad] = r.requires_grad ? 1 : 0;
+  w[kWGradMode] = r.grad_mode ? 1 : 0;
+  for (int64_t i = 0; i < kConsensusListedWidths; ++i) {
+    w[kWWidths + i] =
+        i < static_cast<int64_t>(r.widths.size()) ? r.widths[i] : -1;
+  }
+  const auto len = std::min<int64_t>(
+      static_cast<int64_t>(r.error.size()), kConsensusMessageBytes);
+  w[kWMessageLength] = len;
+  std::memcpy(&w[kWMessage], r.error.data(), static_cast<size_t>(len));
+  return w;
+}
+
+struct Unpacked {
+  ConsensusRecord record;
+  int64_t magic = 0;
+  int64_t outputs = 0;
+  int64_t widths_hash = 0;
+  int64_t total_width = 0;
+};
+
+Unpacked unpack(const int64_t* w) {
+  Unpacked u;
+  u.magic = w[kWMagic];
+  u.record.ok = w[kWOk] != 0;
+  std::memcpy(&u.record.fingerprint, &w[kWFingerprint], sizeof(int64_t));
+  u.record.path = w[kWPath];
+  u.record.rows = w[kWRows];
+  u.record.dtype = w[kWDtype];
+  u.outputs = w[kWOutputs];
+  u.widths_hash = w[kWWidthsHash];
+  u.total_width = w[kWTotalWidth];
+  u.record.requires_grad = w[kWRequiresGrad] != 0;
+  u.record.grad_mode = w[kWGradMode] != 0;
+  const int64_t listed =
+      std::min(std::max<int64_t>(u.outputs, 0), kConsensusListedWidths);
+  for (int64_t i = 0; i < listed; ++i) {
+    u.record.widths.push_back(w[kWWidths + i]);
+  }
+  const int64_t len = std::min(
+      std::max<int64_t>(w[kWMessageLength], 0), kConsensusMessageBytes);
+  u.record.error.assign(
+      reinterpret_cast<const char*>(&w[kWMessage]), static_cast<size_t>(len));
+  return u;
+}
+
+std::string hex(uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+
+std::string path_name(int64_t p) {
+  return p == 0 ? "sharded" : p == 1 ? "replicated" : "no";
+}
+
+std::string dtype_name(int64_t d) {
+  if (d < 0 || d >= static_cast<int64_t>(c10::ScalarType::NumOptions)) {
+    return "none";
+  }
+  return c10::toString(static_cast<c10::ScalarType>(d));
+}
+
+std::string widths_text(const Unpacked& u) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < u.record.widths.size(); ++i) {
+    os << (i ? ", " : "") << u.record.widths[i];
+  }
+  if (u.outputs > kConsensusListedWidths) {
+    os << ", ... (total " << u.total_width << ")";
+  }
+  os << "]";
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<ConsensusRecord> run_consensus(
+    const ProcessGroupPtr& group,
+    const ConsensusRecord& mine,
+    const std::vector<int64_t>& expected_rows,
+    c10::Device device,
+    std::chrono::milliseconds timeout,
+    const char* fn) {
+  const int world = group->getSize();
+  const std::string prefix = rank_prefix(fn, group);
+  const auto words = pack(mine);
+  at::Tensor buffer =
+      at::tensor(words, at::TensorOptions().dtype(at::kLong)).to(device);
+  auto gathered = allgather_equal(group, buffer, timeout, fn);
+
+  std::vector<Unpacked> all;
+  for (const auto& t : gathered) {
+    at::Tensor cpu = t.cpu().contiguous();
+    TORCH_CHECK(
+        cpu.numel() == kWords,
+        prefix,
+        "consensus record of ",
+        cpu.numel(),
+        " words, expected ",
+        static_cast<int64_t>(kWords));
+    all.push_back(unpack(cpu.data_ptr<int64_t>()));
+  }
+
+  for (int q = 0; q < world; ++q) {
+    TORCH_CHECK(
+        all[q].magic == kMagic,
+        prefix,
+        "rank ",
+        q,
+        " sent a consensus record of another format (mixed frameshard "
+        "builds?)");
+  }
+  std::vector<int> failed;
+  for (int q = 0; q < world; ++q) {
+    if (!all[q].record.ok) {
+      failed.push_back(q);
+    }
+  }
+  if (!failed.empty()) {
+    std::ostringstream os;
+    if (failed.size() == 1) {
+      os << "rank " << failed[0] << " failed " << all[failed[0]].record.error;
+    } else {
+      os << "ranks ";
+      for (size_t i = 0; i < failed.size(); ++i) {
+        os << (i ? ", " : "") << failed[i];
+      }
+      os << " failed; rank " << failed[0] << " failed "
+         << all[failed[0]].record.error;
+    }
+    TORCH_CHECK(false, prefix, os.str());
+  }
+  for (int q = 1; q < world; ++q) {
+    const auto& a = all[0].record;
+    const auto& b = all[q].record;
+    TORCH_CHECK(
+        a.path == b.path,
+        prefix,
+        "ranks disagree on the plan: rank 0 takes ",
+        "the ",
+        path_name(a.path),
+        " path, rank ",
+        q,
+        " the ",
+        path_name(b.path),
+        " path (different grid_thw or options?)");
+    TORCH_CHECK(
+        a.fingerprint == b.fingerprint,
+        prefix,
+        "ranks disagree on the plan fingerprint: rank 0 has ",
+        hex(a.fingerprint),
+        ", rank ",
+        q,
+        " has ",
+        hex(b.fingerprint),
+        " (different grid_thw or options?)");
+  }
+  for (int q = 1; q < world; ++q) {
+    TORCH_CHECK(
+        all[0].record.grad_mode == all[q].record.grad_mode,
+        prefix,
+        "ranks disagree on grad mode: rank 0 has it ",
+        all[0].record.grad_mode ? "enabled" : "disabled",
+        ", rank ",
+        q,
+        " has it ",
+        all[q].record.grad_mode ? "enabled" : "disabled",
+        " (a NoGradGuard on some ranks only would leave the others waiting "
+        "in backward)");
+    TORCH_CHECK(
+        all[0].record.dtype == all[q].record.dtype,
+        prefix,
+        "ranks disagree on the output dtype: rank 0 has ",
+        dtype_name(all[0].record.dtype),
+        ", rank ",
+        q,
+        " has ",
+        dtype_name(all[q].record.dtype));
+    TORCH_CHECK(
+        all[0].outputs == all[q].outputs,
+        prefix,
+        "ranks disagree on the number of tower outputs: rank 0 has ",
+        all[0].outputs,
+        ", rank ",
+        q,
+        " has ",
+        all[q].outputs);
+    TORCH_CHECK(
+        all[0].widths_hash == all[q].widths_hash &&
+            all[0].total_width == all[q].total_width &&
+            all[0].record.widths == all[q].record.widths,
+        prefix,
+        "ranks disagree on the output widths: rank 0 has ",
+        widths_text(all[0]),
+        ", rank ",
+        q,
+        " has ",
+        widths_text(all[q]));
+  }
+  TORCH_INTERNAL_ASSERT(static_cast<int>(expected_rows.size()) == world);
+  for (int q = 0; q < world; ++q) {
+    TORCH_CHECK(
+        all[q].record.rows == expected_rows[q],
+        prefix,
+        "rank ",
+        q,
+        " contributes ",
+        all[q].record.rows,
+        " rows, the plan expects ",
+        expected_rows[q]);
+  }
+  std::vector<ConsensusRecord> records;
+  for (auto& u : all) {
+    records.push_back(std::move(u.record));
+  }
+  return records;
+}
+
+}  // namespace internal
+}  // namespace frameshard
