@@ -3,6 +3,8 @@
 
 #include "runtime/collectives.h"
 
+#include "runtime/c10d_compat.h"
+
 #include <frameshard/error.h>
 
 #include <c10/util/Exception.h>
@@ -84,7 +86,7 @@ void alltoall_rows(
   std::vector<int64_t> out_splits = output_splits;
   std::vector<int64_t> in_splits = input_splits;
   auto work = checked_call(group, fn, "alltoall_base", [&] {
-    return group->alltoall_base(output, input, out_splits, in_splits, opts);
+    return all_to_all_single(group, output, input, out_splits, in_splits, opts);
   });
   wait_for(work, group, timeout, fn, "alltoall_base");
 }

@@ -3,17 +3,14 @@
 
 #include <frameshard/runtime/process_group.h>
 
+#include "runtime/c10d_compat.h"
 #include "tower/check.h"
 
 #include <c10/util/Exception.h>
 #include <c10/util/Optional.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef FRAMESHARD_WITH_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include <algorithm>
 #include <array>
@@ -89,11 +86,7 @@ ProcessGroupPtr make_gloo_group(
       store, "make_gloo_group", "expected a store, got null");
   check_rank_size("make_gloo_group", rank, size);
   check_group_options("make_gloo_group", options);
-  auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
-  opts->devices.push_back(
-      c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
-  opts->threads = options.threads;
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+  return internal::gloo_process_group(store, rank, size, options);
 }
 
 ProcessGroupPtr make_file_store_group(
@@ -173,9 +166,7 @@ ProcessGroupPtr make_nccl_group(
       store, "make_nccl_group", "expected a store, got null");
   check_rank_size("make_nccl_group", rank, size);
   check_group_options("make_nccl_group", options);
-  auto opts = c10d::ProcessGroupNCCL::Options::create();
-  opts->timeout = options.timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+  return internal::nccl_process_group(store, rank, size, options);
 }
 #endif
 

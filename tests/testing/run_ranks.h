@@ -138,7 +138,7 @@ class TemporaryDirectory {
 };
 
 /// A process group that forwards the collectives the runtime uses
-/// (allgather, alltoall_base, allreduce, barrier) to `inner` and counts
+/// (allgather, all_to_all_single, allreduce, barrier) to `inner` and counts
 /// them, so tests can assert how many collectives a call issued (e.g. that
 /// encode gathers several outputs in ONE alltoall, or that a check raised
 /// before any collective). Any other collective raises (the base class).
@@ -157,14 +157,14 @@ class CountingGroup : public c10d::ProcessGroup {
     ++allgathers;
     return inner_->allgather(outputs, inputs, opts);
   }
-  c10::intrusive_ptr<c10d::Work> alltoall_base(
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(
       at::Tensor& output,
       at::Tensor& input,
       std::vector<int64_t>& output_splits,
       std::vector<int64_t>& input_splits,
       const c10d::AllToAllOptions& opts) override {
     ++alltoalls;
-    return inner_->alltoall_base(
+    return inner_->all_to_all_single(
         output, input, output_splits, input_splits, opts);
   }
   c10::intrusive_ptr<c10d::Work> allreduce(
