@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian bookworm packages frameshard builds and tests with.
+# LibTorch is not among them: frameshard builds against the torch 2.x of a
+# Python environment (scripts/setup-modern.sh makes .venv; see
+# cmake/FrameshardTorch.cmake). Debian's libtorch-dev 1.13 is neither needed
+# nor used; where it is installed, the build pins every torch path to the
+# venv's and fails rather than mix the two.
 # Idempotent: skips apt entirely when everything is already installed.
 set -euo pipefail
 pkgs=(
   build-essential cmake ccache clang-format
-  libtorch-dev libgloo-dev python3-torch pybind11-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )

@@ -412,7 +412,6 @@ at::Tensor VisionAttentionImpl::forward(
   const at::Tensor q = apply_rotary(qkv.select(1, 0), rotary);
   const at::Tensor k = apply_rotary(qkv.select(1, 1), rotary);
   const at::Tensor v = qkv.select(1, 2);
-  const at::ScalarType acc = accum_dtype(x.scalar_type());
 
   std::vector<at::Tensor> pieces;
   const auto segments = static_cast<int64_t>(cu.size()) - 1;
@@ -434,10 +433,11 @@ at::Tensor VisionAttentionImpl::forward(
             .reshape({batch, n, heads_, hd})
             .permute({0, 2, 1, 3});
       };
-      const at::Tensor qs = seg(q), ks = seg(k), vs = seg(v);
-      at::Tensor scores = at::matmul(qs, ks.transpose(-2, -1)) * scale;
-      at::Tensor probs = at::softmax(scores, -1, acc).to(x.scalar_type());
-      at::Tensor o = at::matmul(probs, vs);  // [batch, heads, n, hd]
+      // Fused attention (torch's SDPA: the flash kernel on CPU and CUDA)
+      // never materialises the [n, n] scores; it accumulates the softmax in
+      // float32 for bfloat16/float16 inputs, as HF's eager path does.
+      at::Tensor o = at::scaled_dot_product_attention(
+          seg(q), seg(k), seg(v), {}, 0.0, false, scale);  // [b, h, n, hd]
       pieces.push_back(o.permute({0, 2, 1, 3}).reshape({batch * n, dim_}));
     }
     s = e;

@@ -1,0 +1,143 @@
+// Times a Hugging Face Qwen-VL-family vision tower through frameshard's
+// encode path (load_qwen_vision + frameshard::encode over a one-rank Gloo
+// group, i.e. exactly what `frameshard encode --nproc 1` runs), forward only
+// and forward + backward. bench/tower_speed.py drives it next to
+// transformers' own tower with the same weights, inputs, dtype and threads.
+//
+// Usage:
+//   frameshard_tower_bench --model-dir DIR --inputs in.safetensors
+//       [--dtype float32|bfloat16] [--threads 2] [--repeats 3] [--warmup 1]
+// Prints one JSON object: {"forward_ms": [...], "forward_backward_ms": [...],
+// "rows": R, "tokens": T, "torch": "2.15.0", "threads": N}.
+
+#include <frameshard/models/qwen_vision.h>
+#include <frameshard/models/safetensors.h>
+#include <frameshard/runtime/encode.h>
+#include <frameshard/runtime/process_group.h>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Args {
+  std::string model_dir;
+  std::string inputs;
+  std::string dtype = "float32";
+  int threads = 2;
+  int repeats = 3;
+  int warmup = 1;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) {
+      throw std::invalid_argument("expected a value after " + k);
+    }
+    const std::string v = argv[++i];
+    if (k == "--model-dir") {
+      a.model_dir = v;
+    } else if (k == "--inputs") {
+      a.inputs = v;
+    } else if (k == "--dtype") {
+      a.dtype = v;
+    } else if (k == "--threads") {
+      a.threads = std::stoi(v);
+    } else if (k == "--repeats") {
+      a.repeats = std::stoi(v);
+    } else if (k == "--warmup") {
+      a.warmup = std::stoi(v);
+    } else {
+      throw std::invalid_argument("unknown option " + k);
+    }
+  }
+  if (a.model_dir.empty() || a.inputs.empty()) {
+    throw std::invalid_argument("expected --model-dir and --inputs");
+  }
+  return a;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+void print_list(const char* key, const std::vector<double>& v) {
+  std::cout << "\"" << key << "\": [";
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::cout << (i ? ", " : "") << v[i];
+  }
+  std::cout << "]";
+}
+
+int run(const Args& a) {
+  at::set_num_threads(a.threads);
+  frameshard::models::QwenLoadOptions lo;
+  lo.dtype = a.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  auto model = frameshard::models::load_qwen_vision(a.model_dir, lo);
+  auto inputs = frameshard::models::load_safetensors(a.inputs);
+  at::Tensor pixels = inputs.at("pixel_values").to(lo.dtype);
+  at::Tensor grid = inputs.at("grid_thw").to(at::kLong);
+
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto pg = frameshard::make_gloo_group(store, 0, 1);
+  frameshard::EncodeOptions eo;
+  eo.plan.world = 1;
+  eo.plan.layout = frameshard::models::media_layout(model.config);
+
+  std::vector<double> fwd, fwd_bwd;
+  int64_t tokens = 0;
+  for (int i = 0; i < a.warmup + a.repeats; ++i) {
+    {
+      torch::NoGradGuard no_grad;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto res = frameshard::encode(model.tower, pixels, grid, pg, eo);
+      tokens = res.outputs[0].size(0);
+      if (i >= a.warmup) {
+        fwd.push_back(ms_since(t0));
+      }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = frameshard::encode(model.tower, pixels, grid, pg, eo);
+    at::Tensor loss = res.outputs[0].to(at::kFloat).square().mean();
+    for (size_t k = 1; k < res.outputs.size(); ++k) {
+      loss = loss + res.outputs[k].to(at::kFloat).square().mean();
+    }
+    loss.backward();
+    if (i >= a.warmup) {
+      fwd_bwd.push_back(ms_since(t0));
+    }
+    model.module->zero_grad();
+  }
+  std::cout << "{";
+  print_list("forward_ms", fwd);
+  std::cout << ", ";
+  print_list("forward_backward_ms", fwd_bwd);
+  std::cout << ", \"rows\": " << pixels.size(0) << ", \"tokens\": " << tokens
+            << ", \"threads\": " << at::get_num_threads() << ", \"torch\": \""
+            << TORCH_VERSION << "\"}" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "frameshard_tower_bench: %s\n", e.what());
+    return 2;
+  }
+}
