@@ -15,9 +15,9 @@
 #include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/process_group.h>
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
 #include <cstdio>

@@ -1,8 +1,8 @@
 #include "runtime/c10d_compat.h"
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/version.h>
 #ifdef FRAMESHARD_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -25,27 +25,18 @@ c10::intrusive_ptr<c10d::Backend> gloo_backend(
 }  // namespace
 
 ProcessGroupPtr gloo_process_group(
-    const StorePtr& store,
-    int rank,
-    int size,
-    const GroupOptions& options,
-    bool cuda) {
+    const StorePtr& store, int rank, int size, const GroupOptions& options) {
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
   auto backend = gloo_backend(store, rank, size, options);
   pg->setDefaultBackend(BackendType::GLOO);
   pg->setBackend(c10::DeviceType::CPU, BackendType::GLOO, backend);
-  if (cuda) {
-    pg->setBackend(c10::DeviceType::CUDA, BackendType::GLOO, backend);
-  }
+  pg->setBackend(c10::DeviceType::CUDA, BackendType::GLOO, backend);
   return pg;
 }
 
 #ifdef FRAMESHARD_WITH_NCCL
 ProcessGroupPtr nccl_process_group(
-    const StorePtr& store,
-    int rank,
-    int size,
-    const GroupOptions& options) {
+    const StorePtr& store, int rank, int size, const GroupOptions& options) {
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
   auto opts = c10d::ProcessGroupNCCL::Options::create();
   opts->timeout = options.timeout;

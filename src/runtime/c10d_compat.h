@@ -21,23 +21,17 @@
 namespace frameshard {
 namespace internal {
 
-/// A ProcessGroup whose default backend is Gloo, for CPU tensors (and CUDA
-/// tensors, which Gloo stages through host memory, when `cuda` is true).
+/// A ProcessGroup whose default backend is Gloo, for CPU tensors and CUDA
+/// tensors (which Gloo stages through host memory), as torch.distributed
+/// registers it.
 ProcessGroupPtr gloo_process_group(
-    const StorePtr& store,
-    int rank,
-    int size,
-    const GroupOptions& options,
-    bool cuda = false);
+    const StorePtr& store, int rank, int size, const GroupOptions& options);
 
 #ifdef FRAMESHARD_WITH_NCCL
 /// A ProcessGroup whose default backend is NCCL (CUDA tensors), with Gloo
 /// registered for CPU tensors.
 ProcessGroupPtr nccl_process_group(
-    const StorePtr& store,
-    int rank,
-    int size,
-    const GroupOptions& options);
+    const StorePtr& store, int rank, int size, const GroupOptions& options);
 #endif
 
 /// The variable-size all-to-all (c10d's alltoall_base op).

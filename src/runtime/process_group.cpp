@@ -6,8 +6,10 @@
 #include "runtime/c10d_compat.h"
 #include "tower/check.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Optional.h>
+#include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -31,6 +33,26 @@ void check_rank_size(const char* fn, int rank, int size) {
       size,
       "), got ",
       rank);
+}
+
+/// "gloo" or "nccl" for GroupOptions::backend ("auto" resolved).
+std::string resolve_backend(const std::string& backend) {
+  const char* fn = "make_group_from_env";
+  FRAMESHARD_TORCH_CHECK(
+      backend == "gloo" || backend == "nccl" || backend == "auto",
+      fn,
+      "expected GroupOptions::backend \"gloo\", \"nccl\" or \"auto\", got \"",
+      backend,
+      "\"");
+  if (backend == "auto") {
+    return nccl_compiled() && torch::cuda::device_count() > 0 ? "nccl" : "gloo";
+  }
+  FRAMESHARD_TORCH_CHECK(
+      backend != "nccl" || nccl_compiled(),
+      fn,
+      "expected a build with NCCL (FRAMESHARD_WITH_NCCL) for backend "
+      "\"nccl\", got a build without it");
+  return backend;
 }
 
 void check_group_options(const char* fn, const GroupOptions& options) {
@@ -156,7 +178,33 @@ ProcessGroupPtr make_group_from_env(const GroupOptions& options) {
   so.waitWorkers = true;
   so.timeout = options.timeout;
   StorePtr store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  const std::string backend = resolve_backend(options.backend);
+#ifdef FRAMESHARD_WITH_NCCL
+  if (backend == "nccl") {
+    const int64_t devices = torch::cuda::device_count();
+    FRAMESHARD_TORCH_CHECK(
+        env.local_rank < devices,
+        "make_group_from_env",
+        "expected a CUDA device for LOCAL_RANK=",
+        env.local_rank,
+        " (backend \"nccl\"), got ",
+        devices,
+        " CUDA devices");
+    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+    guard.setDevice(
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)));
+    return make_nccl_group(store, env.rank, env.world_size, options);
+  }
+#endif
   return make_gloo_group(store, env.rank, env.world_size, options);
+}
+
+bool nccl_compiled() {
+#ifdef FRAMESHARD_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
 }
 
 #ifdef FRAMESHARD_WITH_NCCL

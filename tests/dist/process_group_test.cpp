@@ -314,5 +314,40 @@ TEST_F(LaunchEnvTest, GroupFromEnvWorldOne) {
       2.5);
 }
 
+TEST_F(LaunchEnvTest, BackendAutoIsGlooWithoutACudaDevice) {
+  if (testing::cuda_devices() > 0) {
+    GTEST_SKIP() << "this machine has a CUDA device: auto picks NCCL "
+                    "(covered by scripts/gpu-check.sh)";
+  }
+  set("MASTER_PORT", std::to_string(free_port()).c_str());
+  GroupOptions go;
+  go.timeout = std::chrono::seconds(10);
+  go.backend = "auto";
+  EXPECT_EQ(make_group_from_env(go)->getBackendName(), "gloo");
+}
+
+TEST_F(LaunchEnvTest, BackendErrorsNameTheChoiceAndTheDevice) {
+  set("MASTER_PORT", std::to_string(free_port()).c_str());
+  GroupOptions go;
+  go.timeout = std::chrono::seconds(10);
+  go.backend = "mpi";
+  EXPECT_NE(
+      error_of([&] { make_group_from_env(go); })
+          .find("expected GroupOptions::backend \"gloo\", \"nccl\" or "
+                "\"auto\", got \"mpi\""),
+      std::string::npos);
+  go.backend = "nccl";
+  const std::string nccl = error_of([&] { make_group_from_env(go); });
+  if (!nccl_compiled()) {
+    EXPECT_NE(nccl.find("expected a build with NCCL"), std::string::npos);
+  } else if (testing::cuda_devices() == 0) {
+    EXPECT_NE(
+        nccl.find("expected a CUDA device for LOCAL_RANK=0 (backend "
+                  "\"nccl\"), got 0 CUDA devices"),
+        std::string::npos)
+        << nccl;
+  }
+}
+
 }  // namespace
 }  // namespace frameshard

@@ -28,7 +28,9 @@
 #include <frameshard/runtime/process_group.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
+#include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -63,6 +65,11 @@ struct RunRanksOptions {
   /// Rendezvous through a FileStore in a fresh temporary directory instead
   /// of an in-memory HashStore.
   bool file_store = false;
+  /// "cpu": Gloo, CPU tensors. "cuda": CUDA tensors, rank r on device r with
+  /// NCCL when there are at least `world` devices (and the build has NCCL);
+  /// otherwise every rank on device 0 with Gloo (NCCL refuses two ranks on
+  /// one device). cuda_ranks_use_nccl(world) says which.
+  std::string device = "cpu";
   /// A rank still running after this long is reported as a hang and the
   /// process exits (a test must fail, never hang).
   std::chrono::milliseconds hang_limit{std::chrono::seconds(90)};
@@ -198,6 +205,67 @@ inline at::Tensor allreduce_sum(
   return v[0];
 }
 
+/// A one-shot thread barrier that gives up after `limit` (a rank that never
+/// arrives is then reported by the hang watchdog, not waited for here).
+class Rendezvous {
+ public:
+  Rendezvous(int count, std::chrono::milliseconds limit)
+      : remaining_(count), limit_(limit) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (--remaining_ == 0) {
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait_for(lock, limit_, [&] { return remaining_ <= 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int remaining_;
+  std::chrono::milliseconds limit_;
+};
+
+/// Number of CUDA devices (0 on a machine without a GPU or driver).
+inline int cuda_devices() {
+  return static_cast<int>(torch::cuda::device_count());
+}
+
+/// Whether RunRanksOptions{device = "cuda"} gives `world` ranks NCCL.
+inline bool cuda_ranks_use_nccl(int world) {
+#ifdef FRAMESHARD_WITH_NCCL
+  return cuda_devices() >= world;
+#else
+  (void)world;
+  return false;
+#endif
+}
+
+/// The device a "cuda" rank runs on.
+inline c10::Device cuda_rank_device(int rank, int world) {
+  return c10::Device(
+      c10::kCUDA,
+      static_cast<c10::DeviceIndex>(cuda_ranks_use_nccl(world) ? rank : 0));
+}
+
+/// A group for CUDA rank `rank` (see RunRanksOptions::device); makes the
+/// rank's device current on this thread.
+inline ProcessGroupPtr make_cuda_rank_group(
+    const StorePtr& store, int rank, int world, const GroupOptions& go) {
+  if (cuda_devices() < 1) {
+    throw std::runtime_error("run_ranks: device \"cuda\" needs a CUDA device");
+  }
+  c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+  guard.setDevice(cuda_rank_device(rank, world));
+#ifdef FRAMESHARD_WITH_NCCL
+  if (cuda_ranks_use_nccl(world)) {
+    return make_nccl_group(store, rank, world, go);
+  }
+#endif
+  return make_gloo_group(store, rank, world, go);
+}
+
 /// Runs `fn(rank, group)` on `world` threads and returns every rank's
 /// outcome (rank failures, including group construction, are collected, not
 /// thrown). The group is destroyed on its rank's thread when `fn` returns, so
@@ -218,6 +286,7 @@ inline std::vector<RankOutcome> run_ranks_collect(
   }
 
   std::vector<RankOutcome> outcomes(world);
+  Rendezvous built(world, options.hang_limit);
   std::mutex mu;
   std::condition_variable cv;
   int finished = 0;
@@ -232,11 +301,23 @@ inline std::vector<RankOutcome> run_ranks_collect(
         GroupOptions go;
         go.timeout = options.timeout;
         go.threads = options.gloo_threads;
-        if (options.file_store) {
-          pg = make_file_store_group(dir->path() + "/store", rank, world, go);
-        } else {
-          pg = make_gloo_group(store, rank, world, go);
+        try {
+          if (options.device == "cuda") {
+            pg = make_cuda_rank_group(store, rank, world, go);
+          } else if (options.file_store) {
+            pg = make_file_store_group(dir->path() + "/store", rank, world, go);
+          } else {
+            pg = make_gloo_group(store, rank, world, go);
+          }
+        } catch (...) {
+          built.arrive_and_wait();
+          throw;
         }
+        // Every rank's group is connected before any rank runs `fn`: a rank
+        // that returns at once (e.g. raising before any collective) must not
+        // close its sockets while a peer is still connecting (torch 2.x's
+        // Gloo connects the full mesh in the constructor).
+        built.arrive_and_wait();
         fn(rank, pg);
       } catch (...) {
         outcomes[rank].ok = false;

@@ -49,6 +49,12 @@ struct GroupOptions {
   std::string hostname = "127.0.0.1";
   /// Gloo worker threads per group.
   int threads = 2;
+  /// make_group_from_env only: "gloo", "nccl" (CUDA tensors; the rank's
+  /// device is LOCAL_RANK, made current on the calling thread; needs a
+  /// build with FRAMESHARD_WITH_NCCL), or "auto" (nccl when built with it
+  /// and a CUDA device is present, else gloo). An NCCL group also holds a
+  /// Gloo backend for CPU tensors.
+  std::string backend = "gloo";
 };
 
 /// Gloo group of `size` ranks rendezvousing through `store`.
@@ -76,11 +82,16 @@ struct LaunchEnv {
 };
 LaunchEnv read_launch_env();
 
-/// Gloo group over a TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it).
+/// Group over a TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it), of
+/// options.backend (Gloo by default).
 ProcessGroupPtr make_group_from_env(const GroupOptions& options = {});
 
+/// Whether this build compiled the NCCL path (FRAMESHARD_WITH_NCCL).
+bool nccl_compiled();
+
 #ifdef FRAMESHARD_WITH_NCCL
-/// NCCL group (CUDA builds only).
+/// NCCL group (CUDA builds only), for CUDA tensors on the calling thread's
+/// current device, with a Gloo backend for CPU tensors.
 ProcessGroupPtr make_nccl_group(
     const StorePtr& store,
     int rank,

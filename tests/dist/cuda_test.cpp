@@ -1,0 +1,85 @@
+// The runtime on CUDA tensors: ranks are threads, each on its own GPU with
+// NCCL when the machine has one GPU per rank, else all on GPU 0 with Gloo
+// moving CUDA tensors (testing::RunRanksOptions::device). On a machine
+// without a GPU every test here is reported SKIPPED with the reason; they
+// run in scripts/gpu-check.sh. References are computed on the CPU in
+// float64, so the checks are device-independent.
+
+#include <frameshard/runtime/encode.h>
+#include <frameshard/runtime/gather.h>
+
+#include "testing/run_ranks.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <numeric>
+#include <vector>
+
+namespace frameshard {
+namespace {
+
+using testing::cuda_devices;
+using testing::cuda_rank_device;
+using testing::run_ranks;
+using testing::RunRanksOptions;
+
+#define FRAMESHARD_REQUIRE_CUDA()                                  \
+  if (cuda_devices() == 0) {                                       \
+    GTEST_SKIP() << "needs a CUDA device (this machine has none); " \
+                    "runs in scripts/gpu-check.sh";                \
+  }
+
+RunRanksOptions cuda_ranks() {
+  RunRanksOptions o;
+  o.device = "cuda";
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+// Forward: the concatenation in rank order, on each rank's device. Backward:
+// rank q receives the SUM over ranks of the gradient of its rows (ranks use
+// different rows with their own weights, so a slice-only backward fails).
+TEST(CudaRanks, GatherOfCudaRowsConcatenatesAndSumsGradients) {
+  FRAMESHARD_REQUIRE_CUDA();
+  for (const auto& counts :
+       std::vector<std::vector<int64_t>>{{3, 5}, {0, 4}, {2, 0, 3}}) {
+    const int world = static_cast<int>(counts.size());
+    std::vector<int64_t> off(world + 1, 0);
+    std::partial_sum(counts.begin(), counts.end(), off.begin() + 1);
+    at::Tensor full = at::randn({off.back(), 6}, at::kDouble);
+    std::vector<at::Tensor> weights;
+    for (int r = 0; r < world; ++r) {
+      weights.push_back(at::randn({off.back(), 6}, at::kDouble));
+    }
+    // Expected gradient of rank q's rows: sum over r of weights[r] there.
+    at::Tensor wsum = at::zeros_like(full);
+    for (const auto& w : weights) {
+      wsum += w;
+    }
+    std::vector<at::Tensor> got(world), grad(world);
+    run_ranks(
+        world,
+        [&](int rank, ProcessGroupPtr pg) {
+          const c10::Device dev = cuda_rank_device(rank, world);
+          at::Tensor local = full.narrow(0, off[rank], counts[rank])
+                                 .to(dev)
+                                 .requires_grad_(true);
+          at::Tensor all = all_gather_rows(local, counts, pg);
+          EXPECT_EQ(all.device(), dev);
+          (all * weights[rank].to(dev)).sum().backward();
+          got[rank] = all.detach().cpu();
+          grad[rank] = local.grad().cpu();
+        },
+        cuda_ranks());
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(got[r].equal(full)) << "rank " << r;
+      EXPECT_TRUE(at::allclose(
+          grad[r], wsum.narrow(0, off[r], counts[r]), 1e-12, 1e-12))
+          << "rank " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace frameshard
