@@ -1,6 +1,5 @@
 #include "runtime/c10d_compat.h"
 
-#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef FRAMESHARD_WITH_NCCL
@@ -62,7 +61,7 @@ c10::intrusive_ptr<c10d::Work> all_to_all_single(
     std::vector<int64_t>& output_splits,
     std::vector<int64_t>& input_splits,
     const c10d::AllToAllOptions& options) {
-#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 15
+#if FRAMESHARD_C10D_ALL_TO_ALL_SINGLE
   return group->all_to_all_single(
       output, input, output_splits, input_splits, options);
 #else

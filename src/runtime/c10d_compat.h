@@ -12,11 +12,22 @@
 
 #include <frameshard/runtime/process_group.h>
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <cstdint>
 #include <vector>
+
+// ProcessGroup::all_to_all_single (the name of the variable-size all-to-all
+// since torch 2.15; alltoall_base, deprecated there, before). Subclasses of
+// ProcessGroup (the tests' CountingGroup) override the one this names.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+#define FRAMESHARD_C10D_ALL_TO_ALL_SINGLE 1
+#else
+#define FRAMESHARD_C10D_ALL_TO_ALL_SINGLE 0
+#endif
 
 namespace frameshard {
 namespace internal {

@@ -24,10 +24,10 @@ using testing::cuda_rank_device;
 using testing::run_ranks;
 using testing::RunRanksOptions;
 
-#define FRAMESHARD_REQUIRE_CUDA()                                  \
-  if (cuda_devices() == 0) {                                       \
+#define FRAMESHARD_REQUIRE_CUDA()                                   \
+  if (cuda_devices() == 0) {                                        \
     GTEST_SKIP() << "needs a CUDA device (this machine has none); " \
-                    "runs in scripts/gpu-check.sh";                \
+                    "runs in scripts/gpu-check.sh";                 \
   }
 
 RunRanksOptions cuda_ranks() {

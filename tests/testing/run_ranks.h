@@ -27,6 +27,8 @@
 
 #include <frameshard/runtime/process_group.h>
 
+#include "runtime/c10d_compat.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
@@ -164,15 +166,19 @@ class CountingGroup : public c10d::ProcessGroup {
     ++allgathers;
     return inner_->allgather(outputs, inputs, opts);
   }
+#if FRAMESHARD_C10D_ALL_TO_ALL_SINGLE
   c10::intrusive_ptr<c10d::Work> all_to_all_single(
+#else
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+#endif
       at::Tensor& output,
       at::Tensor& input,
       std::vector<int64_t>& output_splits,
       std::vector<int64_t>& input_splits,
       const c10d::AllToAllOptions& opts) override {
     ++alltoalls;
-    return inner_->all_to_all_single(
-        output, input, output_splits, input_splits, opts);
+    return internal::all_to_all_single(
+        inner_, output, input, output_splits, input_splits, opts);
   }
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
