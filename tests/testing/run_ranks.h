@@ -237,6 +237,11 @@ inline std::vector<RankOutcome> run_ranks_collect(
         } else {
           pg = make_gloo_group(store, rank, world, go);
         }
+        // Every group finishes connecting before any rank runs `fn`: a rank
+        // that raises at once and drops its group must not cut a peer's
+        // handshake short ("Connection closed by peer" instead of the
+        // error under test).
+        pg->barrier()->wait();
         fn(rank, pg);
       } catch (...) {
         outcomes[rank].ok = false;
