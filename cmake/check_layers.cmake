@@ -10,6 +10,7 @@
 #   tower    ATen only: no c10d; no model, no runtime
 #   models   no c10d, no runtime
 #   runtime  no model
+#   parity   (internal parity harness) no model: towers come from a factory
 # Upper layers (tools/, tests/, bench/, python/, src/train/) may include any.
 
 if(NOT FRAMESHARD_LAYERS_ROOT)
@@ -32,11 +33,13 @@ set(_layer_models_rule "${_dist}")
 set(_layer_runtime_globs src/runtime/*.cpp src/runtime/*.h
     include/frameshard/runtime/*.h)
 set(_layer_runtime_rule "${_models}")
+set(_layer_parity_globs src/parity/*.cpp src/parity/*.h)
+set(_layer_parity_rule "${_models}")
 # Top-level headers that are not core: the tower contract and the umbrella.
 set(_core_exempt include/frameshard/tower.h include/frameshard/frameshard.h)
 
 set(_violations "")
-foreach(layer core tower models runtime)
+foreach(layer core tower models runtime parity)
   set(_files "")
   foreach(g IN LISTS _layer_${layer}_globs)
     file(GLOB _found RELATIVE ${FRAMESHARD_LAYERS_ROOT}

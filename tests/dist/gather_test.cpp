@@ -7,6 +7,7 @@
 #include <frameshard/runtime/gather.h>
 
 #include "testing/run_ranks.h"
+#include "testing/tensors.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -18,16 +19,10 @@
 namespace frameshard {
 namespace {
 
+using testing::max_abs_diff;
 using testing::run_ranks;
 using testing::run_ranks_collect;
 using testing::RunRanksOptions;
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  if (a.numel() == 0 && b.numel() == 0) {
-    return 0.0;
-  }
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
 
 /// Row offsets of each rank's block in the gathered tensor.
 std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {

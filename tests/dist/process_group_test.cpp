@@ -5,6 +5,7 @@
 #include <frameshard/runtime/process_group.h>
 
 #include "testing/run_ranks.h"
+#include "testing/tensors.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -24,6 +25,7 @@ namespace frameshard {
 namespace {
 
 using testing::run_ranks;
+using testing::torch_error_of;
 
 using Ranks = std::vector<int>;
 
@@ -77,33 +79,24 @@ TEST(MeshGroups, PartitionTheWorld) {
   }
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
-
 TEST(MeshGroupRanks, RejectsBadArguments) {
   EXPECT_NE(
-      error_of([] {
+      torch_error_of([] {
         mesh_group_ranks({2, 2, 1}, {"pp"}, 0);
       }).find("expected mesh_dims entries among dp, cp, tp, got 'pp'"),
       std::string::npos);
   EXPECT_NE(
-      error_of([] {
+      torch_error_of([] {
         mesh_group_ranks({2, 2, 1}, {"cp", "cp"}, 0);
       }).find("without duplicates"),
       std::string::npos);
   EXPECT_NE(
-      error_of([] {
+      torch_error_of([] {
         mesh_group_ranks({2, 2, 1}, {"cp"}, 4);
       }).find("expected global_rank in [0, 4), got 4"),
       std::string::npos);
   EXPECT_NE(
-      error_of([] {
+      torch_error_of([] {
         mesh_groups({0, 2, 1}, {"cp"});
       }).find("expected mesh sizes >= 1"),
       std::string::npos);
@@ -112,12 +105,12 @@ TEST(MeshGroupRanks, RejectsBadArguments) {
 TEST(MakeGlooGroup, RejectsBadRank) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   EXPECT_NE(
-      error_of([&] {
+      torch_error_of([&] {
         make_gloo_group(store, 2, 2);
       }).find("frameshard::make_gloo_group: expected rank in [0, 2), got 2"),
       std::string::npos);
   EXPECT_NE(
-      error_of([&] {
+      torch_error_of([&] {
         make_gloo_group(StorePtr(), 0, 1);
       }).find("expected a store"),
       std::string::npos);
@@ -173,17 +166,17 @@ TEST(MakeSubgroup, CpAndDpGroupsOfA2x2World) {
 TEST(MakeSubgroup, RejectsBadMembers) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   EXPECT_NE(
-      error_of([&] {
+      torch_error_of([&] {
         make_subgroup(store, 1, {0, 2}, "cp");
       }).find("expected global_rank 1 among the members [0,2]"),
       std::string::npos);
   EXPECT_NE(
-      error_of([&] {
+      torch_error_of([&] {
         make_subgroup(store, 0, {2, 0}, "cp");
       }).find("expected ascending members without duplicates, got [2,0]"),
       std::string::npos);
   EXPECT_NE(
-      error_of([&] {
+      torch_error_of([&] {
         make_subgroup(store, 0, {}, "cp");
       }).find("expected at least one member"),
       std::string::npos);
@@ -242,37 +235,37 @@ TEST_F(LaunchEnvTest, ReadsTheTorchrunVariables) {
 TEST_F(LaunchEnvTest, ErrorsNameTheVariable) {
   unsetenv("RANK");
   EXPECT_NE(
-      error_of([] {
+      torch_error_of([] {
         read_launch_env();
       }).find("expected environment variable RANK to be set"),
       std::string::npos);
   set("RANK", "x1");
   EXPECT_NE(
-      error_of([] {
+      torch_error_of([] {
         read_launch_env();
       }).find("expected environment variable RANK to be an integer, got 'x1'"),
       std::string::npos);
   set("RANK", "1");
   EXPECT_NE(
-      error_of([] {
+      torch_error_of([] {
         read_launch_env();
       }).find("expected RANK in [0, WORLD_SIZE=1), got 1"),
       std::string::npos);
   set("RANK", "0");
   set("WORLD_SIZE", "0");
   EXPECT_NE(
-      error_of([] { read_launch_env(); }).find("WORLD_SIZE >= 1, got 0"),
+      torch_error_of([] { read_launch_env(); }).find("WORLD_SIZE >= 1, got 0"),
       std::string::npos);
   set("WORLD_SIZE", "1");
   set("MASTER_PORT", "70000");
   EXPECT_NE(
-      error_of([] {
+      torch_error_of([] {
         read_launch_env();
       }).find("expected MASTER_PORT in [1, 65535], got 70000"),
       std::string::npos);
   unsetenv("MASTER_ADDR");
   EXPECT_NE(
-      error_of([] {
+      torch_error_of([] {
         read_launch_env();
       }).find("expected environment variable MASTER_ADDR to be set"),
       std::string::npos);

@@ -1,10 +1,14 @@
 // The toy Qwen-style tower: shapes, per-frame independence, the position
 // signal, dtypes, input checks, and sharded-vs-replicated parity through
-// frameshard::encode (values and every parameter gradient).
+// frameshard::encode (values and every parameter gradient, by the parity
+// harness, src/parity/parity.h).
 #include <frameshard/models/toy_tower.h>
 #include <frameshard/runtime/encode.h>
 
-#include "testing/run_ranks.h"
+#include "parity/parity.h"
+#include "testing/parity_ranks.h"
+#include "testing/tensors.h"
+#include "testing/test_tower.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -19,33 +23,9 @@ namespace {
 using models::ToyTower;
 using models::ToyTowerOptions;
 
-at::Tensor grid_tensor(const std::vector<GridThw>& grid) {
-  std::vector<int64_t> flat;
-  for (const auto& g : grid) {
-    flat.insert(flat.end(), {g.t, g.h, g.w});
-  }
-  return torch::tensor(flat, torch::kLong)
-      .view({static_cast<int64_t>(grid.size()), 3});
-}
-
-TowerInput full_input(
-    const at::Tensor& pixels, const std::vector<GridThw>& grid) {
-  std::vector<int32_t> cu{0};
-  for (const auto& g : grid) {
-    for (int64_t k = 0; k < g.t; ++k) {
-      cu.push_back(cu.back() + static_cast<int32_t>(g.h * g.w));
-    }
-  }
-  return {pixels, grid_tensor(grid), torch::tensor(cu, torch::kInt)};
-}
-
-int64_t patch_rows(const std::vector<GridThw>& grid) {
-  int64_t n = 0;
-  for (const auto& g : grid) {
-    n += g.patches();
-  }
-  return n;
-}
+using testing::full_input;
+using testing::max_abs_diff;
+using testing::patch_rows;
 
 ToyTower make_tower(uint64_t seed, at::ScalarType dtype = at::kDouble) {
   torch::manual_seed(seed);
@@ -63,13 +43,6 @@ at::Tensor make_pixels(
              {patch_rows(grid), ToyTowerOptions{}.in_features()},
              torch::kDouble)
       .to(dtype);
-}
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble))
-      .abs()
-      .max()
-      .item<double>();
 }
 
 TEST(ToyTower, OutputShapesAndRegisteredParameters) {
@@ -265,7 +238,7 @@ TEST(ToyTower, RejectsInconsistentInputs) {
   EXPECT_THROW(tower->forward(bad_features), c10::Error);
 
   TowerInput odd_grid = in;
-  odd_grid.grid_thw = grid_tensor({{2, 4, 3}});
+  odd_grid.grid_thw = grid_to_tensor({{2, 4, 3}});
   EXPECT_THROW(tower->forward(odd_grid), c10::Error);
 
   ToyTowerOptions bad;
@@ -285,106 +258,63 @@ struct ParityCase {
   int64_t min_local_patch_rows = 96;
 };
 
-// Rank q's loss: rows i % world == q of each output with rank-specific
-// weights, as under sequence CP; a backward that kept only a rank's own
-// rows' gradient would not match.
-at::Tensor rank_loss(
-    const std::vector<at::Tensor>& outs,
-    const std::vector<std::vector<at::Tensor>>& weights,
-    int q,
-    int world) {
-  at::Tensor loss = torch::zeros({}, torch::kDouble);
-  for (size_t k = 0; k < outs.size(); ++k) {
-    at::Tensor rows = torch::arange(q, outs[k].size(0), world);
-    loss = loss + (outs[k].index_select(0, rows) * weights[q][k]).sum();
-  }
-  return loss;
-}
-
+// Rank q's loss uses rows i % world == q of each output with rank-specific
+// weights, as under sequence CP; a backward that kept only a rank's own rows'
+// gradient would not match (the slice-only control shows it).
 void check_parity(const ParityCase& c) {
-  const int world = c.world;
-  const at::Tensor pixels = make_pixels(11, c.grid);
-  const at::Tensor grid = grid_tensor(c.grid);
-  const int64_t tokens = patch_rows(c.grid) / 4;
-  torch::manual_seed(12);
-  std::vector<std::vector<at::Tensor>> weights(world);
-  for (int q = 0; q < world; ++q) {
-    const int64_t mine = std::max<int64_t>((tokens - q + world - 1) / world, 0);
-    for (int k = 0; k < 2; ++k) {
-      weights[q].push_back(torch::randn({mine, 48}, torch::kDouble));
-    }
-  }
+  parity::ParitySpec spec;
+  spec.grid = c.grid;
+  spec.plan = testing::sharding_options(c.world);
+  spec.plan.partitioner = c.partitioner;
+  spec.plan.min_local_patch_rows = c.min_local_patch_rows;
+  spec.in_features = ToyTowerOptions{}.in_features();
+  spec.seed = 10;
+  const testing::ParityRun run =
+      testing::run_parity(spec, [](at::ScalarType dtype) {
+        ToyTower tower(ToyTowerOptions{});
+        tower->to(dtype);
+        return parity::module_instance(models::as_vision_tower(tower), *tower);
+      });
+  const parity::ParityReport& rep = run.report;
 
-  // Reference: the replicated tower, loss = sum over ranks of rank losses.
-  ToyTower ref = make_tower(10);
-  auto ref_outs = ref->forward(full_input(pixels, c.grid));
-  at::Tensor ref_loss = torch::zeros({}, torch::kDouble);
-  for (int q = 0; q < world; ++q) {
-    ref_loss = ref_loss + rank_loss(ref_outs, weights, q, world);
+  ASSERT_TRUE(rep.plan.sharded()) << rep.plan.reason;
+  for (int r = 0; r < c.world; ++r) {
+    EXPECT_EQ(run.ranks[r].encode.plan.fingerprint, rep.plan.fingerprint);
+    ASSERT_EQ(run.ranks[r].encode.outputs.size(), 2u) << "rank " << r;
   }
-  auto ref_grads = torch::autograd::grad({ref_loss}, ref->parameters());
-
-  // One tower per rank (same seed), built here: the RNG is process-wide.
-  std::vector<ToyTower> towers;
-  for (int r = 0; r < world; ++r) {
-    towers.push_back(make_tower(10));
+  // Every rank's outputs (the max over ranks) and every parameter gradient
+  // (summed over ranks) against the replicated reference.
+  ASSERT_EQ(rep.outputs.size(), 2u);
+  for (const auto& d : rep.outputs) {
+    EXPECT_LE(d.max_abs_diff, 1e-12) << d.name;
   }
-  std::vector<std::vector<at::Tensor>> outs(world), grads(world);
-  std::vector<ShardPlan> plans(world);
-  testing::run_ranks(world, [&](int rank, ProcessGroupPtr pg) {
-    EncodeOptions o;
-    o.plan.world = world;
-    o.plan.partitioner = c.partitioner;
-    o.plan.min_local_patch_rows = c.min_local_patch_rows;
-    o.plan.policy.enabled = true;
-    o.plan.policy.min_tokens = 0;
-    o.plan.policy.min_frames = 0;
-    o.tower_trainable = has_trainable_parameters(*towers[rank]);
-    auto res =
-        encode(models::as_vision_tower(towers[rank]), pixels, grid, pg, o);
-    at::Tensor loss = rank_loss(res.outputs, weights, rank, world);
-    grads[rank] = torch::autograd::grad({loss}, towers[rank]->parameters());
-    outs[rank] = res.outputs;
-    plans[rank] = res.plan;
-  });
-
-  ASSERT_TRUE(plans[0].sharded()) << plans[0].reason;
-  for (int r = 0; r < world; ++r) {
-    EXPECT_EQ(plans[r].fingerprint, plans[0].fingerprint);
-    ASSERT_EQ(outs[r].size(), 2u);
-    for (int k = 0; k < 2; ++k) {
-      EXPECT_LE(max_abs_diff(outs[r][k], ref_outs[k]), 1e-12)
-          << "rank " << r << " output " << k;
-    }
+  EXPECT_EQ(
+      rep.gradients.size(), ToyTower(ToyTowerOptions{})->parameters().size());
+  for (const auto& d : rep.gradients) {
+    EXPECT_LE(d.max_abs_diff, 1e-12) << d.name;
   }
-  auto names = ref->named_parameters().keys();
-  for (size_t i = 0; i < ref_grads.size(); ++i) {
-    at::Tensor sum = torch::zeros_like(ref_grads[i]);
-    for (int r = 0; r < world; ++r) {
-      sum = sum + grads[r][i];
-    }
-    EXPECT_LE(max_abs_diff(sum, ref_grads[i]), 1e-12) << names[i];
-  }
+  ASSERT_TRUE(rep.slice_only_diff.has_value());
+  EXPECT_GT(*rep.slice_only_diff, 1e-3) << "the losses must discriminate";
 }
 
-TEST(ToyTowerParity, MixedImagesAndVideosWorld2) {
+TEST(ToyTowerParity, MixedImagesAndVideosMatchOverTwoRanks) {
   check_parity({{{1, 4, 6}, {2, 4, 4}, {1, 2, 2}, {3, 2, 4}, {1, 8, 4}}, 2});
 }
 
-TEST(ToyTowerParity, MixedImagesAndVideosWorld3WithFloorPadding) {
+TEST(ToyTowerParity, MixedImagesAndVideosMatchOverThreeRanksWithFloorPadding) {
   ParityCase c{{{1, 4, 6}, {2, 4, 4}, {1, 2, 2}, {3, 2, 4}, {1, 8, 4}}, 3};
   c.min_local_patch_rows = 48;
   check_parity(c);
 }
 
-TEST(ToyTowerParity, LptPermutationWorld3) {
+TEST(ToyTowerParity, LptPermutationMatchesOverThreeRanks) {
   ParityCase c{{{1, 8, 8}, {1, 2, 2}, {4, 4, 4}, {1, 6, 2}, {1, 4, 8}}, 3};
   c.partitioner = Partitioner::kLpt;
   c.min_local_patch_rows = 0;
   check_parity(c);
 }
 
-TEST(ToyTowerParity, FewerFramesThanRanksWorld3) {
+TEST(ToyTowerParity, FewerFramesThanRanksMatchOverThreeRanks) {
   check_parity({{{1, 4, 6}}, 3});
 }
 

@@ -3,7 +3,7 @@
 # naming the file and the include, on each deliberate violation: a core
 # source including ATen, a models source including c10d, the runtime
 # including a model, the tower contract including the runtime, a core public
-# header including torch.
+# header including torch, the parity harness including a model.
 # Usage: bash tests/layers/layers_test.sh <repo-root>
 set -eu
 ROOT=${1:?usage: layers_test.sh <repo-root>}
@@ -42,5 +42,6 @@ violate src/runtime/encode.cpp '#include <frameshard/models/toy_tower.h>' 'runti
 violate src/runtime/encode.cpp '#include "models/qwen_blocks.h"' 'runtime must not include "models/qwen_blocks.h"'
 violate src/tower/tower.cpp '#include <frameshard/runtime/encode.h>' 'tower must not include'
 violate src/tower/new_file.cpp '#include "runtime/consensus.h"' 'src/tower/new_file.cpp: tower must not include'
+violate src/parity/run_rank.cpp '#include <frameshard/models/toy_tower.h>' 'src/parity/run_rank.cpp: parity must not include <frameshard/models/toy_tower.h>'
 [ "$fail" -eq 0 ] || exit 1
 echo "layers_test: all checks passed"
