@@ -193,7 +193,7 @@ void write_outputs(
       tensors,
       {{"format", "pt"},
        {"model_type", m.config.model_type},
-       {"family", models::to_string(m.config.family)},
+       {"family", models::to_string(m.config.family())},
        {"dtype", a.dtype},
        {"nproc", std::to_string(a.nproc)}});
 }
@@ -217,11 +217,11 @@ void report(
   if (a.json) {
     nlohmann::json j;
     j["model_type"] = m.config.model_type;
-    j["family"] = models::to_string(m.config.family);
-    j["weight_prefix"] = m.weight_prefix;
-    j["weight_files"] = m.weight_files;
-    j["tensors_loaded"] = m.tensors_loaded;
-    j["tensors_ignored"] = m.tensors_ignored;
+    j["family"] = models::to_string(m.config.family());
+    j["weight_prefix"] = m.weights->prefix;
+    j["weight_files"] = m.weights->files;
+    j["tensors_loaded"] = m.weights->loaded;
+    j["tensors_ignored"] = m.weights->ignored;
     j["dtype"] = a.dtype;
     j["nproc"] = a.nproc;
     j["media"] = in.grid.size();
@@ -259,9 +259,9 @@ void report(
   }
   std::ostringstream os;
   os << "frameshard encode: " << m.config.model_type << " ("
-     << models::to_string(m.config.family) << " tower), " << m.tensors_loaded
-     << " tensors under \"" << m.weight_prefix << "\" from "
-     << m.weight_files.size() << " file(s), dtype " << a.dtype << ", "
+     << models::to_string(m.config.family()) << " tower), " << m.weights->loaded
+     << " tensors under \"" << m.weights->prefix << "\" from "
+     << m.weights->files.size() << " file(s), dtype " << a.dtype << ", "
      << a.nproc << " rank" << (a.nproc > 1 ? "s" : "") << "\n";
   os << "inputs: " << in.grid.size() << " media, " << in.frames.units.size()
      << " frame units, " << in.frames.total_patch_rows << " patch rows -> "

@@ -8,8 +8,9 @@ namespace frameshard {
 namespace models {
 namespace detail {
 
+namespace fs = std::filesystem;
+
 void check_regular_file(const std::string& path, const char* fn) {
-  namespace fs = std::filesystem;
   std::error_code ec;
   FRAMESHARD_TORCH_CHECK(
       fs::is_regular_file(path, ec),
@@ -19,6 +20,15 @@ void check_regular_file(const std::string& path, const char* fn) {
       ", got ",
       fs::exists(path, ec) ? "something that is not a regular file"
                            : "no such file");
+}
+
+int64_t regular_file_size(const std::string& path, const char* fn) {
+  check_regular_file(path, fn);
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  FRAMESHARD_TORCH_CHECK(
+      !ec, fn, "cannot read the size of ", path, ": ", ec.message());
+  return static_cast<int64_t>(size);
 }
 
 }  // namespace detail

@@ -5,21 +5,13 @@
 // except in fullatt_block_indexes (per-frame attention there); RMSNorm
 // merger ("ln_q", "mlp.0", "mlp.2"), then the window permutation undone.
 // Windows never cross frames, so frames stay independent.
-#include <frameshard/models/qwen_vision.h>
+#include <frameshard/models/qwen_towers.h>
 
 #include "models/qwen_blocks.h"
 #include "tower/check.h"
 
 namespace frameshard {
 namespace models {
-
-int64_t Qwen2_5VLVisionConfig::in_features() const {
-  return in_channels * temporal_patch_size * patch_size * patch_size;
-}
-
-int64_t Qwen2_5VLVisionConfig::merger_window_size() const {
-  return window_size / spatial_merge_size / patch_size;
-}
 
 namespace {
 

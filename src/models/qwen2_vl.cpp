@@ -2,21 +2,12 @@
 // patch embedding without bias, 2-D rotary, LayerNorm blocks with a
 // quick_gelu MLP ("fc1", "fc2"), per-frame attention, LayerNorm merger
 // ("ln_q", "mlp.0", "mlp.2") to hidden_size.
-#include <frameshard/models/qwen_vision.h>
+#include <frameshard/models/qwen_towers.h>
 
 #include "models/qwen_blocks.h"
 
 namespace frameshard {
 namespace models {
-
-int64_t Qwen2VLVisionConfig::intermediate_size() const {
-  // HF: int(embed_dim * mlp_ratio).
-  return static_cast<int64_t>(static_cast<double>(embed_dim) * mlp_ratio);
-}
-
-int64_t Qwen2VLVisionConfig::in_features() const {
-  return in_channels * temporal_patch_size * patch_size * patch_size;
-}
 
 namespace {
 

@@ -6,33 +6,15 @@
 // a LayerNorm merger ("norm", "linear_fc1", "linear_fc2") and one DeepStack
 // merger per deepstack index whose norm runs after the 2x2 shuffle
 // ("deepstack_merger_list.<k>").
-#include <frameshard/models/qwen_vision.h>
+#include <frameshard/models/qwen_towers.h>
 
 #include "models/qwen_blocks.h"
 #include "tower/check.h"
 
-#include <cmath>
 #include <set>
 
 namespace frameshard {
 namespace models {
-
-int64_t Qwen3VLVisionConfig::in_features() const {
-  return in_channels * temporal_patch_size * patch_size * patch_size;
-}
-
-int64_t Qwen3VLVisionConfig::num_grid_per_side() const {
-  // int(n ** 0.5), exactly, for any n.
-  int64_t s = static_cast<int64_t>(
-      std::sqrt(static_cast<double>(num_position_embeddings)));
-  while (s > 0 && s * s > num_position_embeddings) {
-    --s;
-  }
-  while ((s + 1) * (s + 1) <= num_position_embeddings) {
-    ++s;
-  }
-  return s;
-}
 
 namespace {
 

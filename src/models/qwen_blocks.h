@@ -1,12 +1,15 @@
 // Shared building blocks of the Qwen-VL-family vision towers (private; the
 // per-family files qwen2_vl.cpp, qwen2_5_vl.cpp and qwen3_vl.cpp assemble
-// them, the llama.cpp tools/mtmd shape). Module and parameter names are
-// Hugging Face's, so named_parameters() of a tower are the checkpoint names
-// below its prefix.
+// them, the llama.cpp tools/mtmd shape): numerics, the modules and the
+// assembly; the index math they run on is qwen_geometry.h. Module and
+// parameter names are Hugging Face's, so named_parameters() of a tower are
+// the checkpoint names below its prefix.
 #pragma once
 
 #include <frameshard/frames.h>
-#include <frameshard/models/qwen_vision.h>
+#include <frameshard/models/qwen_towers.h>
+
+#include "models/qwen_geometry.h"
 
 #include <torch/torch.h>
 
@@ -31,70 +34,6 @@ enum class Activation { kGelu, kGeluTanh, kQuickGelu, kSilu, kRelu };
 /// silu/swish, relu. `fn` names the caller in the error.
 Activation parse_activation(const std::string& name, const char* fn);
 at::Tensor activate(Activation act, const at::Tensor& x);
-
-// ------------------------------------------------------------ geometry
-
-/// The validated geometry of a TowerInput: grid rows, per-frame segments.
-struct FrameGeometry {
-  std::vector<GridThw> grid;
-  std::vector<int64_t> cu;  // per temporal patch, from 0 to rows
-  int64_t rows = 0;
-};
-
-/// Checks pixel_values [rows, in_features], grid_thw [n, 3] (positive, h
-/// and w divisible by merge, sum t*h*w == rows) and, when defined,
-/// cu_seqlens == the per-frame segments of grid_thw. `fn` names the tower.
-FrameGeometry check_tower_input(
-    const TowerInput& input,
-    int64_t in_features,
-    int64_t merge,
-    const char* fn);
-
-/// [rows, 2] int64 (h, w) patch coordinates of every pixel row: per frame,
-/// merge x merge windows row-major, the window's patches row-major inside
-/// (the processor's row order), repeated for every temporal index.
-at::Tensor patch_coordinates(const std::vector<GridThw>& grid, int64_t merge);
-
-/// Rotary tables [rows, head_dim] in `dtype`: per row the angles of h then
-/// w over head_dim / 4 frequencies theta^(-2i / (head_dim / 2)), the whole
-/// repeated twice (rotate_half convention).
-struct Rotary {
-  at::Tensor cos, sin;
-};
-Rotary rotary_tables(
-    const at::Tensor& coords,
-    int64_t head_dim,
-    double theta,
-    at::ScalarType dtype);
-
-/// Qwen2.5-VL windows (HF get_window_index): `index` (int64 [rows / unit])
-/// lists merge units in window order, `inverse` undoes it, `cu` holds the
-/// window segments over pixel rows (empty windows dropped).
-struct WindowIndex {
-  at::Tensor index;
-  at::Tensor inverse;
-  std::vector<int64_t> cu;
-};
-WindowIndex window_index(
-    const std::vector<GridThw>& grid,
-    int64_t merge,
-    int64_t merger_window_size);
-
-/// Rows grouped by `unit` consecutive rows, reordered by `index`.
-at::Tensor permute_units(
-    const at::Tensor& x, const at::Tensor& index, int64_t unit);
-
-/// Qwen3-VL's learned positions: bilinear (align_corners) taps into the
-/// side x side table for every pixel row: indices int64 [rows, 4], weights
-/// [rows, 4] in `dtype` (taps (h0,w0), (h0,w1), (h1,w0), (h1,w1)).
-struct Interpolation {
-  at::Tensor indices, weights;
-};
-Interpolation bilinear_positions(
-    const std::vector<GridThw>& grid,
-    const at::Tensor& coords,
-    int64_t side,
-    at::ScalarType dtype);
 
 // ------------------------------------------------------------ modules
 

@@ -1,0 +1,32 @@
+// File: frameshard/models/cost_bridge.h
+//
+// From a tower's config to what the planning core needs: the cost model's
+// dimensions (frameshard::flop_cost_model) and the media layout (merge and
+// temporal patch sizes), so a loaded checkpoint plans with its own sizes.
+//
+// Usage:
+//   frameshard::PlanOptions o;
+//   o.layout = frameshard::models::media_layout(model.config);
+//   o.cost = frameshard::flop_cost_model(
+//       frameshard::models::tower_dims(model.config));
+#pragma once
+
+#include <frameshard/cost.h>
+#include <frameshard/frames.h>
+#include <frameshard/models/qwen_config.h>
+
+namespace frameshard {
+namespace models {
+
+/// Cost-model dimensions of a tower. The preset names ("qwen2-vl",
+/// "qwen2.5-vl", "qwen3-vl", and "qwen3.5" for a qwen3_5* model_type) name
+/// the family; the sizes are the config's.
+TowerDims tower_dims(const Qwen2VLVisionConfig& config);
+TowerDims tower_dims(const Qwen2_5VLVisionConfig& config);
+TowerDims tower_dims(const Qwen3VLVisionConfig& config);
+TowerDims tower_dims(const QwenVisionConfig& config);
+/// The planner's media layout (merge and temporal patch sizes).
+MediaLayout media_layout(const QwenVisionConfig& config);
+
+}  // namespace models
+}  // namespace frameshard

@@ -1,0 +1,65 @@
+// Tower configs -> the core's cost dimensions and media layout (see
+// frameshard/models/cost_bridge.h).
+#include <frameshard/models/cost_bridge.h>
+
+#include <set>
+
+namespace frameshard {
+namespace models {
+
+TowerDims tower_dims(const Qwen2VLVisionConfig& c) {
+  TowerDims d;
+  d.name = "qwen2-vl";
+  d.depth = c.depth;
+  d.hidden = c.embed_dim;
+  d.intermediate = c.intermediate_size();
+  return d;
+}
+
+TowerDims tower_dims(const Qwen2_5VLVisionConfig& c) {
+  TowerDims d;
+  d.name = "qwen2.5-vl";
+  d.depth = c.depth;
+  d.hidden = c.hidden_size;
+  d.intermediate = c.intermediate_size;
+  d.gated_mlp = true;
+  const int64_t side = c.merger_window_size() * c.spatial_merge_size;
+  d.window_patches = side * side;  // pre-merge patches per window
+  std::set<int64_t> full(
+      c.fullatt_block_indexes.begin(), c.fullatt_block_indexes.end());
+  for (int64_t i : full) {
+    if (i >= 0 && i < c.depth) {
+      d.full_attention_layers.push_back(i);
+    }
+  }
+  return d;
+}
+
+TowerDims tower_dims(const Qwen3VLVisionConfig& c) {
+  TowerDims d;
+  d.name = "qwen3-vl";
+  d.depth = c.depth;
+  d.hidden = c.hidden_size;
+  d.intermediate = c.intermediate_size;
+  return d;
+}
+
+TowerDims tower_dims(const QwenVisionConfig& c) {
+  TowerDims d = c.visit([](const auto& v) { return tower_dims(v); });
+  // Qwen3.5's tower is Qwen3-VL's: only the preset name differs.
+  if (c.family() == QwenFamily::kQwen3VL &&
+      c.model_type.compare(0, 7, "qwen3_5") == 0) {
+    d.name = "qwen3.5";
+  }
+  return d;
+}
+
+MediaLayout media_layout(const QwenVisionConfig& c) {
+  MediaLayout l;
+  l.spatial_merge_size = c.spatial_merge_size();
+  l.temporal_patch_size = c.temporal_patch_size();
+  return l;
+}
+
+}  // namespace models
+}  // namespace frameshard

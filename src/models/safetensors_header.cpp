@@ -1,0 +1,231 @@
+// The safetensors dtype table and the JSON header -> entries (see
+// safetensors_detail.h).
+#include "models/safetensors_detail.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace frameshard {
+namespace models {
+namespace detail {
+
+namespace {
+
+using nlohmann::json;
+constexpr const char* kFn = "SafetensorsFile";
+
+bool non_negative_integer(const json& j) {
+  return j.is_number_unsigned() ||
+         (j.is_number_integer() && j.get<int64_t>() >= 0);
+}
+
+// The "__metadata__" object: string -> string.
+std::map<std::string, std::string> parse_metadata(
+    const json& v, const std::string& path) {
+  FRAMESHARD_TORCH_CHECK(
+      v.is_object(),
+      kFn,
+      "expected \"__metadata__\" to be an object of strings in ",
+      path,
+      ", got ",
+      v.type_name());
+  std::map<std::string, std::string> out;
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    FRAMESHARD_TORCH_CHECK(
+        m.value().is_string(),
+        kFn,
+        "expected string values in \"__metadata__\" of ",
+        path,
+        ", got ",
+        m.value().type_name(),
+        " for \"",
+        m.key(),
+        "\"");
+    out[m.key()] = m.value().get<std::string>();
+  }
+  return out;
+}
+
+// One tensor's {"dtype", "shape", "data_offsets"}, checked on its own.
+HeaderEntry parse_entry(
+    const std::string& name, const json& v, const std::string& path) {
+  auto bad = [&](const std::string& what, const std::string& got) {
+    fail_entry(path, name, what, got);
+  };
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+      !v.contains("data_offsets")) {
+    bad("an object with \"dtype\", \"shape\" and \"data_offsets\"", v.dump());
+  }
+  HeaderEntry h;
+  SafetensorsEntry& e = h.entry;
+  e.name = name;
+  if (!v["dtype"].is_string()) {
+    bad("a string \"dtype\"", v["dtype"].dump());
+  }
+  e.dtype_name = v["dtype"].get<std::string>();
+  h.bits = safetensors_dtype_bits(e.dtype_name);
+  if (h.bits == 0) {
+    bad("a safetensors dtype (F64, F32, F16, BF16, I64, I32, ...)",
+        "\"" + e.dtype_name + "\"");
+  }
+  e.dtype = readable_dtype(e.dtype_name);
+  const json& shape = v["shape"];
+  if (!shape.is_array()) {
+    bad("a \"shape\" list of non-negative integers", shape.dump());
+  }
+  // numel, refusing overflow (a corrupt shape must not wrap around).
+  h.numel = 1;
+  bool overflow = false;
+  for (const auto& d : shape) {
+    if (!non_negative_integer(d)) {
+      bad("a \"shape\" list of non-negative integers", shape.dump());
+    }
+    const int64_t n = d.get<int64_t>();
+    e.shape.push_back(n);
+    if (n != 0 && h.numel > std::numeric_limits<int64_t>::max() / 64 / n) {
+      overflow = true;
+    }
+    h.numel *= n;
+  }
+  if (overflow) {
+    bad("a shape whose byte size fits in 64 bits", shape.dump());
+  }
+  const json& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !non_negative_integer(off[0]) ||
+      !non_negative_integer(off[1])) {
+    bad("\"data_offsets\" [begin, end] of non-negative integers", off.dump());
+  }
+  e.begin = off[0].get<int64_t>();
+  e.end = off[1].get<int64_t>();
+  h.offsets_text = off.dump();
+  return h;
+}
+
+}  // namespace
+
+void check_little_endian() {
+  const uint16_t one = 1;
+  unsigned char first = 0;
+  std::memcpy(&first, &one, 1);
+  FRAMESHARD_TORCH_CHECK(
+      first == 1,
+      "safetensors",
+      "expected a little-endian host, got a big-endian one");
+}
+
+int64_t safetensors_dtype_bits(const std::string& name) {
+  static const std::map<std::string, int64_t> kBits = {
+      {"BOOL", 8},    {"U8", 8},   {"I8", 8},   {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"I16", 16}, {"U16", 16}, {"F16", 16},    {"BF16", 16},
+      {"I32", 32},    {"U32", 32}, {"F32", 32}, {"C64", 64},    {"F64", 64},
+      {"I64", 64},    {"U64", 64}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}};
+  auto it = kBits.find(name);
+  return it == kBits.end() ? 0 : it->second;
+}
+
+at::ScalarType readable_dtype(const std::string& name) {
+  static const std::map<std::string, at::ScalarType> kReadable = {
+      {"F64", at::kDouble},
+      {"F32", at::kFloat},
+      {"F16", at::kHalf},
+      {"BF16", at::kBFloat16},
+      {"I64", at::kLong},
+      {"I32", at::kInt}};
+  auto it = kReadable.find(name);
+  return it == kReadable.end() ? at::ScalarType::Undefined : it->second;
+}
+
+void fail_entry(
+    const std::string& path,
+    const std::string& name,
+    const std::string& what,
+    const std::string& got) {
+  FRAMESHARD_TORCH_CHECK(
+      false,
+      kFn,
+      "expected ",
+      what,
+      " for tensor \"",
+      name,
+      "\" in ",
+      path,
+      ", got ",
+      got);
+}
+
+SafetensorsHeader parse_safetensors_header(
+    const std::string& text, const std::string& path) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    FRAMESHARD_TORCH_CHECK(
+        false,
+        kFn,
+        "expected a JSON header in ",
+        path,
+        ", got a parse error: ",
+        e.what());
+  }
+  FRAMESHARD_TORCH_CHECK(
+      j.is_object(),
+      kFn,
+      "expected a JSON object as the header of ",
+      path,
+      ", got ",
+      j.type_name());
+  SafetensorsHeader header;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      header.metadata = parse_metadata(it.value(), path);
+    } else {
+      header.entries.push_back(parse_entry(it.key(), it.value(), path));
+    }
+  }
+  return header;
+}
+
+}  // namespace detail
+
+// ------------------------------------------------------------- dtypes
+
+at::ScalarType safetensors_dtype(const std::string& name) {
+  const at::ScalarType t = detail::readable_dtype(name);
+  FRAMESHARD_TORCH_CHECK(
+      t != at::ScalarType::Undefined,
+      "safetensors_dtype",
+      "expected F64, F32, F16, BF16, I64 or I32, got \"",
+      name,
+      "\"");
+  return t;
+}
+
+std::string safetensors_dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kDouble:
+      return "F64";
+    case at::kFloat:
+      return "F32";
+    case at::kHalf:
+      return "F16";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kLong:
+      return "I64";
+    case at::kInt:
+      return "I32";
+    default:
+      break;
+  }
+  FRAMESHARD_TORCH_CHECK(
+      false,
+      "safetensors_dtype_name",
+      "expected float64, float32, float16, bfloat16, int64 or int32, got ",
+      dtype);
+}
+
+}  // namespace models
+}  // namespace frameshard

@@ -1,0 +1,47 @@
+// File: tests/testing/torch_error.h
+//
+// Helpers for tests of the LibTorch layers' error messages (c10::Error
+// raised through FRAMESHARD_TORCH_CHECK, "frameshard::fn: expected X, got
+// Y"); expect_error.h is the torch-free core's frameshard::Error.
+//
+// Usage:
+//   using frameshard::testing::torch_error_of;
+//   EXPECT_TORCH_ERROR_CONTAINS(SafetensorsFile("x"), "no such file");
+//   EXPECT_EQ(torch_error_of([&] { make_qwen_vision(cfg); }), "");
+#pragma once
+
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <string>
+
+namespace frameshard {
+namespace testing {
+
+/// The message of what `fn` throws, without c10's backtrace; "" when it
+/// does not throw (so a test can also assert that a call succeeds).
+template <typename Fn>
+std::string torch_error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace testing
+}  // namespace frameshard
+
+/// Expects `stmt` to throw an error whose message contains `text`.
+#define EXPECT_TORCH_ERROR_CONTAINS(stmt, text)                                \
+  do {                                                                         \
+    const std::string msg_ =                                                   \
+        ::frameshard::testing::torch_error_of([&] { stmt; });                  \
+    EXPECT_NE(msg_.find(text), std::string::npos)                              \
+        << "expected an error containing \"" << (text) << "\", got \"" << msg_ \
+        << "\"";                                                               \
+  } while (false)
