@@ -325,12 +325,12 @@ TEST_F(LaunchEnvTest, BackendErrorsNameTheChoiceAndTheDevice) {
   go.timeout = std::chrono::seconds(10);
   go.backend = "mpi";
   EXPECT_NE(
-      error_of([&] { make_group_from_env(go); })
+      torch_error_of([&] { make_group_from_env(go); })
           .find("expected GroupOptions::backend \"gloo\", \"nccl\" or "
                 "\"auto\", got \"mpi\""),
       std::string::npos);
   go.backend = "nccl";
-  const std::string nccl = error_of([&] { make_group_from_env(go); });
+  const std::string nccl = torch_error_of([&] { make_group_from_env(go); });
   if (!nccl_compiled()) {
     EXPECT_NE(nccl.find("expected a build with NCCL"), std::string::npos);
   } else if (testing::cuda_devices() == 0) {

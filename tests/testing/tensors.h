@@ -1,8 +1,8 @@
 // File: tests/testing/tensors.h
 //
-// Small helpers of the LibTorch tests: tensor differences, the replicated
-// tower input of a grid, and the text of a c10::Error (expect_error.h has the
-// torch-free core's frameshard::Error counterpart).
+// Small helpers of the LibTorch tests: tensor differences and the replicated
+// tower input of a grid (and, through torch_error.h, the text of a
+// c10::Error).
 //
 // Usage:
 //   using frameshard::testing::max_abs_diff;
@@ -15,9 +15,9 @@
 #include <frameshard/frames.h>
 #include <frameshard/tower.h>
 
+#include "testing/torch_error.h"
+
 #include <ATen/ATen.h>
-#include <c10/util/Exception.h>
-#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
@@ -48,19 +48,6 @@ inline int64_t patch_rows(const std::vector<GridThw>& grid) {
 inline TowerInput full_input(
     const at::Tensor& pixels, const std::vector<GridThw>& grid) {
   return {pixels, grid_to_tensor(grid), frame_cu_seqlens(grid)};
-}
-
-/// Runs `fn`, expects a c10::Error and returns its text without the C++
-/// backtrace; a call that does not throw is a test failure (and returns "").
-template <typename Fn>
-std::string torch_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  ADD_FAILURE() << "expected a c10::Error";
-  return "";
 }
 
 }  // namespace testing
