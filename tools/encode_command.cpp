@@ -27,6 +27,7 @@
 #include "commands.h"
 #include "dtype_option.h"
 #include "rank_processes.h"
+#include "shard_options.h"
 #include "tower/check.h"
 
 #include <frameshard/error.h>
@@ -156,19 +157,10 @@ models::QwenVisionModel load_model(const EncodeArgs& a) {
 PlanOptions encode_plan_options(
     const EncodeArgs& a, const models::QwenVisionConfig& config) {
   PlanOptions o;
-  o.world = a.nproc;
   o.layout = models::media_layout(config);
   o.cost = flop_cost_model(models::tower_dims(config));
   // The user asked for N ranks: always take the sharded path.
-  o.policy.enabled = true;
-  o.policy.min_tokens = 0;
-  o.policy.min_frames = 0;
-  if (!a.partitioner.empty()) {
-    o.partitioner = parse_partitioner(a.partitioner, "--partitioner");
-  }
-  if (a.min_local_patch_rows >= 0) {
-    o.min_local_patch_rows = a.min_local_patch_rows;
-  }
+  apply_shard_options(o, a.nproc, a.partitioner, a.min_local_patch_rows);
   return o;
 }
 

@@ -104,12 +104,6 @@ std::vector<std::string> apply_dotted_overrides(
   return keys;
 }
 
-std::string hex64(uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
-  return buf;
-}
-
 std::string fmt(double v, const char* f) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), f, v);
@@ -210,7 +204,7 @@ void print_human(
   os << "plan         cp " << plan.options.world << ", partitioner "
      << to_string(plan.options.partitioner) << ", min_local_patch_rows "
      << plan.options.min_local_patch_rows << ", fingerprint "
-     << hex64(plan.fingerprint) << "\n";
+     << fingerprint_hex(plan.fingerprint) << "\n";
   os << "policy       " << policy_note << "; min_tokens "
      << plan.options.policy.min_tokens << ", min_frames "
      << plan.options.policy.min_frames << "\n";
@@ -323,7 +317,7 @@ nlohmann::json to_json_report(
   }
   j["ranks"] = ranks;
   j["gather_counts"] = plan.gather_counts;
-  j["fingerprint"] = hex64(plan.fingerprint);
+  j["fingerprint"] = fingerprint_hex(plan.fingerprint);
   nlohmann::json cmp = nlohmann::json::array();
   for (const Candidate& c : candidates) {
     cmp.push_back({

@@ -23,6 +23,7 @@
 #include "dtype_option.h"
 #include "parity/parity.h"
 #include "rank_processes.h"
+#include "shard_options.h"
 #include "verify_report.h"
 #include "verify_workload.h"
 
@@ -75,18 +76,9 @@ PlanOptions verify_plan_options(const VerifyArgs& a, const Workload& wl) {
   if (!a.config_file.empty()) {
     o = plan_options(load_config(a.config_file));
   }
-  o.world = a.nproc;
   o.layout = wl.layout;
   // verify always exercises the sharded path (unless --nproc 1).
-  o.policy.enabled = true;
-  o.policy.min_tokens = 0;
-  o.policy.min_frames = 0;
-  if (!a.partitioner.empty()) {
-    o.partitioner = parse_partitioner(a.partitioner, "--partitioner");
-  }
-  if (a.min_local_patch_rows >= 0) {
-    o.min_local_patch_rows = a.min_local_patch_rows;
-  }
+  apply_shard_options(o, a.nproc, a.partitioner, a.min_local_patch_rows);
   return o;
 }
 

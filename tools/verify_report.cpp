@@ -69,12 +69,6 @@ std::string tolerance_text(const Tolerance& tol) {
          " x ||exact|| (Frobenius; bf16 reductions are themselves inexact)";
 }
 
-std::string hex64(uint64_t v) {
-  std::ostringstream os;
-  os << "0x" << std::hex << std::setw(16) << std::setfill('0') << v;
-  return os.str();
-}
-
 // Everything the report prints, computed once.
 struct Facts {
   Facts(
@@ -141,7 +135,7 @@ nlohmann::json plan_json(const ShardPlan& plan) {
   return {
       {"path", to_string(plan.path)},
       {"reason", plan.reason},
-      {"fingerprint", hex64(plan.fingerprint)},
+      {"fingerprint", fingerprint_hex(plan.fingerprint)},
       {"partitioner", to_string(plan.options.partitioner)},
       {"cost_model", plan.options.cost.label},
       {"min_local_patch_rows", plan.options.min_local_patch_rows},
@@ -256,7 +250,7 @@ void text_plan(std::ostream& os, const Facts& f) {
      << "; policy forced on by verify), partitioner "
      << to_string(plan.options.partitioner) << ", imbalance " << std::fixed
      << std::setprecision(3) << plan.partition.imbalance() << ", fingerprint "
-     << hex64(plan.fingerprint) << "\n";
+     << fingerprint_hex(plan.fingerprint) << "\n";
   os << "  rank  units  patch_rows  local_rows  tokens  pad_frames  dummy"
      << "  bytes_sent  padded_bytes  encode_ms  backward_ms\n";
   for (const auto& r : plan.ranks) {

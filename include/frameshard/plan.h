@@ -119,4 +119,7 @@ struct ShardPlan {
 /// Expands `grid`, costs the units, decides the path and partitions.
 ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts);
 
+/// A fingerprint as the tools print it: "0x" and 16 hex digits.
+std::string fingerprint_hex(uint64_t fingerprint);
+
 }  // namespace frameshard

@@ -2,6 +2,8 @@
 #include <frameshard/plan.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <numeric>
 
 #include "core/fingerprint.h"
@@ -347,6 +349,12 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
 
   plan.fingerprint = plan_fingerprint(plan, runs);
   return plan;
+}
+
+std::string fingerprint_hex(uint64_t fingerprint) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, fingerprint);
+  return buf;
 }
 
 }  // namespace frameshard

@@ -183,18 +183,6 @@ LocalPhase run_local_phase(
   return lp;
 }
 
-std::string exception_text(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const c10::Error& err) {
-    return err.what_without_backtrace();
-  } catch (const std::exception& err) {
-    return err.what();
-  } catch (...) {
-    return "an unknown exception";
-  }
-}
-
 /// After the consensus: the gather (sharded path) or the outputs as they
 /// are (replicated path).
 EncodeResult finish(
@@ -294,7 +282,8 @@ EncodeResult encode(
     }
   } catch (...) {
     mine.ok = false;
-    mine.error = stage + ": " + exception_text(std::current_exception());
+    mine.error =
+        stage + ": " + detail::exception_text(std::current_exception());
   }
   std::vector<int64_t> expected_rows;
   if (mine.ok) {

@@ -28,6 +28,7 @@
 #include <frameshard/runtime/process_group.h>
 
 #include "runtime/c10d_compat.h"
+#include "tower/check.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -85,19 +86,6 @@ struct RankOutcome {
   /// `fn` returned or threw.
   std::chrono::milliseconds elapsed{0};
 };
-
-/// The message of an exception, without c10's backtrace.
-inline std::string exception_text(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const c10::Error& err) {
-    return err.what_without_backtrace();
-  } catch (const std::exception& err) {
-    return err.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
 
 /// "frameshard::encode: [rank 1/3] rank 2 failed: x" -> "rank 2 failed: x":
 /// the part after the first "] " (the rank prefix differs between ranks by
@@ -327,7 +315,7 @@ inline std::vector<RankOutcome> run_ranks_collect(
         fn(rank, pg);
       } catch (...) {
         outcomes[rank].ok = false;
-        outcomes[rank].error = exception_text(std::current_exception());
+        outcomes[rank].error = detail::exception_text(std::current_exception());
       }
       outcomes[rank].elapsed =
           std::chrono::duration_cast<std::chrono::milliseconds>(
