@@ -173,8 +173,17 @@ at::Tensor ToyTowerImpl::merge(const Merger& m, const at::Tensor& x) {
   return run_module(m.fc2, torch::gelu(run_module(m.fc1, y)));
 }
 
-std::vector<at::Tensor> ToyTowerImpl::forward(const TowerInput& input) {
-  const auto& o = options_;
+namespace {
+
+/// What forward needs from its input, validated: the int32 cu_seqlens on
+/// the CPU and every row's (y, x) position in its frame.
+struct CheckedInput {
+  at::Tensor cu;
+  at::Tensor ys, xs;
+  int64_t rows = 0;
+};
+
+CheckedInput check_input(const ToyTowerOptions& o, const TowerInput& input) {
   const int64_t m = o.spatial_merge_size;
   const at::Tensor& pixels = input.pixel_values;
   FRAMESHARD_TORCH_CHECK(
@@ -264,16 +273,31 @@ std::vector<at::Tensor> ToyTowerImpl::forward(const TowerInput& input) {
       c[frames],
       ")");
 
-  at::Tensor x = embed_(pixels);
+  CheckedInput in;
+  in.cu = cu;
+  in.rows = rows;
   if (rows > 0) {
+    in.ys = at::cat(ys);
+    in.xs = at::cat(xs);
+  }
+  return in;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> ToyTowerImpl::forward(const TowerInput& input) {
+  const auto& o = options_;
+  const CheckedInput in = check_input(o, input);
+  const at::Tensor& pixels = input.pixel_values;
+  at::Tensor x = embed_(pixels);
+  if (in.rows > 0) {
     const int64_t half = o.hidden / 2;
-    at::Tensor pos =
-        at::cat({sinusoid(at::cat(ys), half), sinusoid(at::cat(xs), half)}, 1);
+    at::Tensor pos = at::cat({sinusoid(in.ys, half), sinusoid(in.xs, half)}, 1);
     x = x + pos.to(x.options());
   }
   at::Tensor deep;
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    x = block_forward(blocks_[i], x, cu);
+    x = block_forward(blocks_[i], x, in.cu);
     if (o.deepstack && int64_t(i) == o.deepstack_layer) {
       deep = x;
     }
