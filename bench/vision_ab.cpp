@@ -29,15 +29,15 @@
 #include "verify_workload.h"
 
 #include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 #ifdef FRAMESHARD_WITH_NCCL
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
 #include <algorithm>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
@@ -112,8 +112,10 @@ models::QwenVisionConfig tower_config(const std::string& family, int64_t d) {
     c.deepstack_visual_indexes = {0};
     return c;
   }
-  throw std::invalid_argument("expected --family qwen2-vl, qwen2.5-vl or "
-                              "qwen3-vl, got " + family);
+  throw std::invalid_argument(
+      "expected --family qwen2-vl, qwen2.5-vl or "
+      "qwen3-vl, got " +
+      family);
 }
 
 double elapsed_ms(std::chrono::steady_clock::time_point t0) {
@@ -264,10 +266,11 @@ std::pair<double, double> time_gather(
 }
 
 nlohmann::json arm_json(const Arm& a) {
-  return {{"step_ms", a.step_ms},
-          {"median_step_ms", median(a.step_ms)},
-          {"peak_allocated_bytes", a.peak_bytes},
-          {"bytes_sent_rank0", a.bytes_sent}};
+  return {
+      {"step_ms", a.step_ms},
+      {"median_step_ms", median(a.step_ms)},
+      {"peak_allocated_bytes", a.peak_bytes},
+      {"bytes_sent_rank0", a.bytes_sent}};
 }
 
 int run(const Args& a) {
