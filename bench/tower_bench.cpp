@@ -17,6 +17,7 @@
 
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <CLI/CLI.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
@@ -40,30 +41,18 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) {
-      throw std::invalid_argument("expected a value after " + k);
-    }
-    const std::string v = argv[++i];
-    if (k == "--model-dir") {
-      a.model_dir = v;
-    } else if (k == "--inputs") {
-      a.inputs = v;
-    } else if (k == "--dtype") {
-      a.dtype = v;
-    } else if (k == "--threads") {
-      a.threads = std::stoi(v);
-    } else if (k == "--repeats") {
-      a.repeats = std::stoi(v);
-    } else if (k == "--warmup") {
-      a.warmup = std::stoi(v);
-    } else {
-      throw std::invalid_argument("unknown option " + k);
-    }
-  }
-  if (a.model_dir.empty() || a.inputs.empty()) {
-    throw std::invalid_argument("expected --model-dir and --inputs");
+  CLI::App app{"Times a Qwen-VL vision tower through frameshard::encode."};
+  app.add_option("--model-dir", a.model_dir)->required();
+  app.add_option("--inputs", a.inputs)->required();
+  app.add_option("--dtype", a.dtype)
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  app.add_option("--threads", a.threads)->check(CLI::PositiveNumber);
+  app.add_option("--repeats", a.repeats)->check(CLI::PositiveNumber);
+  app.add_option("--warmup", a.warmup)->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);  // prints --help or the error
   }
   return a;
 }

@@ -30,6 +30,7 @@
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #ifdef FRAMESHARD_WITH_NCCL
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -39,6 +40,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <stdexcept>
@@ -63,31 +65,23 @@ Args parse(int argc, char** argv) {
   Args a;
   a.workload.preset = "mixed";
   a.workload.max_patches = 24576;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--family") {
-      a.family = v;
-    } else if (k == "--depth") {
-      a.depth = std::stoll(v);
-    } else if (k == "--preset") {
-      a.workload.preset = v;
-    } else if (k == "--seed") {
-      a.workload.seed = std::stoull(v);
-    } else if (k == "--scale") {
-      a.workload.scale = std::stoll(v);
-    } else if (k == "--world") {
-      a.world = std::stoi(v);
-    } else if (k == "--device") {
-      a.device = v;
-    } else if (k == "--dtype") {
-      a.dtype = v;
-    } else if (k == "--repeats") {
-      a.repeats = std::stoi(v);
-    } else if (k == "--warmup") {
-      a.warmup = std::stoi(v);
-    } else {
-      throw std::invalid_argument("unknown option " + k);
-    }
+  CLI::App app{"Vision A/B: sharded vs replicated tower, and the gather."};
+  app.add_option("--family", a.family)
+      ->check(CLI::IsMember({"qwen2-vl", "qwen2.5-vl", "qwen3-vl"}));
+  app.add_option("--depth", a.depth)->check(CLI::PositiveNumber);
+  app.add_option("--preset", a.workload.preset);
+  app.add_option("--seed", a.workload.seed);
+  app.add_option("--scale", a.workload.scale)->check(CLI::NonNegativeNumber);
+  app.add_option("--world", a.world)->check(CLI::PositiveNumber);
+  app.add_option("--device", a.device)->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dtype", a.dtype)
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  app.add_option("--repeats", a.repeats)->check(CLI::PositiveNumber);
+  app.add_option("--warmup", a.warmup)->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);  // prints --help or the error
   }
   return a;
 }

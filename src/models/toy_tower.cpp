@@ -183,8 +183,7 @@ struct CheckedInput {
   int64_t rows = 0;
 };
 
-CheckedInput check_input(const ToyTowerOptions& o, const TowerInput& input) {
-  const int64_t m = o.spatial_merge_size;
+void check_shapes(const ToyTowerOptions& o, const TowerInput& input) {
   const at::Tensor& pixels = input.pixel_values;
   FRAMESHARD_TORCH_CHECK(
       pixels.dim() == 2 && pixels.size(1) == o.in_features(),
@@ -203,6 +202,12 @@ CheckedInput check_input(const ToyTowerOptions& o, const TowerInput& input) {
       "ToyTower::forward",
       "expected cu_seqlens [frames + 1], got ",
       input.cu_seqlens.sizes());
+}
+
+CheckedInput check_input(const ToyTowerOptions& o, const TowerInput& input) {
+  check_shapes(o, input);
+  const int64_t m = o.spatial_merge_size;
+  const at::Tensor& pixels = input.pixel_values;
   at::Tensor grid = input.grid_thw.to(at::kCPU, at::kLong).contiguous();
   at::Tensor cu = input.cu_seqlens.to(at::kCPU, at::kInt).contiguous();
 
