@@ -117,7 +117,8 @@ int run_worker(const VerifyArgs& a) {
       [&](at::ScalarType dtype) {
         models::ToyTower tower(opts);
         tower->to(dtype);
-        return parity::module_instance(models::as_vision_tower(tower), *tower);
+        return parity::module_instance(
+            models::as_vision_tower(tower), tower.ptr());
       },
       {rank});
 

@@ -56,6 +56,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,12 +70,15 @@ struct TowerInstance {
   VisionTower forward;
   std::vector<std::string> names;
   std::vector<at::Tensor> parameters;  // leaves that require grad
+  /// Moves the tower (parameters in place) to a device; set by
+  /// module_instance, needed only for RankOptions::device other than CPU.
+  std::function<void(c10::Device)> to_device;
 };
 
 /// `forward` with the named parameters of `module` (e.g. a ToyTower or a
-/// Qwen tower's module).
+/// Qwen tower's module); it can move to a device (TowerInstance::to_device).
 TowerInstance module_instance(
-    VisionTower forward, const torch::nn::Module& module);
+    VisionTower forward, std::shared_ptr<torch::nn::Module> module);
 
 /// Builds a fresh instance with parameters in `dtype`. prepare() seeds torch
 /// with ParitySpec::seed before every call, so a factory that draws its
@@ -194,6 +198,10 @@ struct ParityReport {
 };
 
 struct RankOptions {
+  /// This rank's device: its tower moves there and gets its pixel rows
+  /// there (e.g. cuda:r); losses, gradients and the comparison stay on the
+  /// CPU in float64. The reference runs on the CPU.
+  c10::Device device = c10::Device(c10::kCPU);
   /// The group encode runs on (e.g. a counting wrapper); default: the
   /// harness's group. The harness's own reductions use its group.
   ProcessGroupPtr encode_group;

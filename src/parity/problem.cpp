@@ -93,13 +93,15 @@ TowerInstance exact_copy(
 }  // namespace
 
 TowerInstance module_instance(
-    VisionTower forward, const torch::nn::Module& module) {
+    VisionTower forward, std::shared_ptr<torch::nn::Module> module) {
   TowerInstance t;
   t.forward = std::move(forward);
-  for (const auto& item : module.named_parameters()) {
+  for (const auto& item : module->named_parameters()) {
     t.names.push_back(item.key());
     t.parameters.push_back(item.value());
   }
+  // Module::to moves parameters in place: t.parameters stay the leaves.
+  t.to_device = [module](c10::Device d) { module->to(d); };
   return t;
 }
 
@@ -153,7 +155,9 @@ at::Tensor rank_loss(
   at::Tensor loss = torch::zeros({}, torch::kDouble);
   for (size_t k = 0; k < outputs.size(); ++k) {
     at::Tensor rows = torch::arange(q, outputs[k].size(0), problem.world());
-    at::Tensor mine = outputs[k].index_select(0, rows).to(torch::kDouble);
+    at::Tensor mine = outputs[k]
+                          .index_select(0, rows.to(outputs[k].device()))
+                          .to(torch::kCPU, torch::kDouble);
     if (row_mask.defined()) {
       mine = mine * row_mask.index_select(0, rows);
     }
@@ -175,7 +179,7 @@ at::Tensor flat_gradients(
   for (size_t i = 0; i < parameters.size(); ++i) {
     at::Tensor g =
         grads[i].defined() ? grads[i] : torch::zeros_like(parameters[i]);
-    flat.push_back(g.detach().to(torch::kDouble).reshape({-1}));
+    flat.push_back(g.detach().to(torch::kCPU, torch::kDouble).reshape({-1}));
   }
   return flat.empty() ? torch::zeros({0}, torch::kDouble) : torch::cat(flat);
 }

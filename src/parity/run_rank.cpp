@@ -47,7 +47,8 @@ RankParity run_sharded(
     return tower.forward(in);
   };
   const auto t0 = Clock::now();
-  out.encode = encode(counted, p.pixel_values, p.grid_thw, encode_group, eo);
+  const at::Tensor pixels = p.pixel_values.to(options.device);
+  out.encode = encode(counted, pixels, p.grid_thw, encode_group, eo);
   call(options.after_encode);
   const auto t1 = Clock::now();
   at::Tensor loss = rank_loss(p, out.encode.outputs, rank);
@@ -92,7 +93,7 @@ at::Tensor output_diffs(
   for (int64_t k = 0; k < n; ++k) {
     const at::Tensor ref = reference.narrow(1, col, p.widths[k]);
     col += p.widths[k];
-    const at::Tensor got = outputs[k].detach().to(torch::kDouble);
+    const at::Tensor got = outputs[k].detach().to(torch::kCPU, torch::kDouble);
     TORCH_CHECK(
         got.sizes() == ref.sizes(),
         detail::error_prefix(kFn, rank, p.world()),
@@ -231,6 +232,15 @@ RankParity run_rank(
       setup.towers[rank].forward,
       detail::error_prefix(kFn, rank, world),
       "expected prepare() to have built this rank's tower");
+  if (!options.device.is_cpu()) {
+    TORCH_CHECK(
+        static_cast<bool>(setup.towers[rank].to_device),
+        detail::error_prefix(kFn, rank, world),
+        "expected a tower that can move to ",
+        options.device,
+        " (module_instance), got one without to_device");
+    setup.towers[rank].to_device(options.device);
+  }
   RankParity mine = run_sharded(
       p,
       setup.towers[rank],

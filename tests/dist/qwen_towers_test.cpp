@@ -77,7 +77,7 @@ ParityResult sharded_parity(
       spec,
       [&](at::ScalarType dtype) {
         const QwenVisionModel m = random_model(cfg, dtype, seed);
-        return parity::module_instance(m.tower, *m.module);
+        return parity::module_instance(m.tower, m.module);
       },
       customize);
   res.report = run.report;

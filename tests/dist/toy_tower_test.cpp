@@ -273,7 +273,8 @@ void check_parity(const ParityCase& c) {
       testing::run_parity(spec, [](at::ScalarType dtype) {
         ToyTower tower(ToyTowerOptions{});
         tower->to(dtype);
-        return parity::module_instance(models::as_vision_tower(tower), *tower);
+        return parity::module_instance(
+            models::as_vision_tower(tower), tower.ptr());
       });
   const parity::ParityReport& rep = run.report;
 
