@@ -1,0 +1,103 @@
+// !!! Internal header of frameshard::core, not installed. !!!
+//
+// The typed YAML readers and value checks of the configuration
+// (config.cpp's rule table calls them): every error names the key path,
+// what was expected, what was given and where (" (in train.yaml:7)").
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+namespace config_detail {
+
+// Where a value came from, appended to errors: " (in train.yaml:7)".
+struct Source {
+  std::string name;
+  std::string at(const YAML::Node& n) const {
+    if (name.empty()) {
+      return "";
+    }
+    const YAML::Mark m = n.Mark();
+    if (m.is_null() || m.line < 0) {
+      return " (in " + name + ")";
+    }
+    return " (in " + name + ":" + std::to_string(m.line + 1) + ")";
+  }
+};
+
+std::string quote(const std::string& s);
+
+std::string render(const YAML::Node& n);
+
+std::string join(const std::vector<std::string>& items);
+
+[[noreturn]] void config_error(
+    const std::string& path,
+    const std::string& expected,
+    const std::string& got,
+    const std::string& where = "");
+
+bool parse_int_literal(const std::string& s, int64_t* value);
+
+void check_int(
+    int64_t v,
+    int64_t min_value,
+    const std::string& path,
+    const std::string& where = "");
+
+int64_t read_int(
+    const YAML::Node& n,
+    int64_t min_value,
+    const std::string& path,
+    const Source& src);
+
+bool read_bool(const YAML::Node& n, const std::string& path, const Source& s);
+
+std::string read_string(
+    const YAML::Node& n,
+    const std::string& expected,
+    const std::string& path,
+    const Source& s);
+
+void check_mesh_dims(
+    const std::vector<std::string>& dims,
+    const std::string& got,
+    const std::string& path,
+    const std::string& where = "");
+
+std::string partitioner_expectation();
+
+void check_partitioner(
+    const std::string& name,
+    const std::string& got,
+    const std::string& path,
+    const std::string& where = "");
+
+void check_tower(
+    const std::string& name,
+    const std::string& got,
+    const std::string& path,
+    const std::string& where = "");
+
+void check_cost_alpha(
+    const std::string& spec,
+    const std::string& tower,
+    const std::string& got,
+    const std::string& path,
+    const std::string& where = "");
+
+std::string read_cost_alpha(
+    const YAML::Node& n,
+    const std::string& tower,
+    const std::string& path,
+    const Source& s);
+
+std::vector<std::string> read_mesh_dims(
+    const YAML::Node& n, const std::string& path, const Source& s);
+
+}  // namespace config_detail
+}  // namespace frameshard
