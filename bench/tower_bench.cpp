@@ -17,7 +17,8 @@
 
 #include <torch/torch.h>
 #include <torch/version.h>
-#include <CLI/CLI.hpp>
+#include "bench_options.h"
+
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
@@ -33,10 +34,8 @@ namespace {
 struct Args {
   std::string model_dir;
   std::string inputs;
-  std::string dtype = "float32";
   int threads = 2;
-  int repeats = 3;
-  int warmup = 1;
+  frameshard::bench::TimingOptions timing;
 };
 
 Args parse(int argc, char** argv) {
@@ -44,16 +43,9 @@ Args parse(int argc, char** argv) {
   CLI::App app{"Times a Qwen-VL vision tower through frameshard::encode."};
   app.add_option("--model-dir", a.model_dir)->required();
   app.add_option("--inputs", a.inputs)->required();
-  app.add_option("--dtype", a.dtype)
-      ->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--threads", a.threads)->check(CLI::PositiveNumber);
-  app.add_option("--repeats", a.repeats)->check(CLI::PositiveNumber);
-  app.add_option("--warmup", a.warmup)->check(CLI::NonNegativeNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e) == 0 ? 0 : 2);  // prints --help or the error
-  }
+  frameshard::bench::add_timing_options(app, a.timing);
+  frameshard::bench::parse_or_exit(app, argc, argv);
   return a;
 }
 
@@ -74,7 +66,7 @@ void print_list(const char* key, const std::vector<double>& v) {
 int run(const Args& a) {
   at::set_num_threads(a.threads);
   frameshard::models::QwenLoadOptions lo;
-  lo.dtype = a.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  lo.dtype = a.timing.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   auto model = frameshard::models::load_qwen_vision(a.model_dir, lo);
   auto inputs = frameshard::models::load_safetensors(a.inputs);
   at::Tensor pixels = inputs.at("pixel_values").to(lo.dtype);
@@ -88,13 +80,13 @@ int run(const Args& a) {
 
   std::vector<double> fwd, fwd_bwd;
   int64_t tokens = 0;
-  for (int i = 0; i < a.warmup + a.repeats; ++i) {
+  for (int i = 0; i < a.timing.warmup + a.timing.repeats; ++i) {
     {
       torch::NoGradGuard no_grad;
       const auto t0 = std::chrono::steady_clock::now();
       auto res = frameshard::encode(model.tower, pixels, grid, pg, eo);
       tokens = res.outputs[0].size(0);
-      if (i >= a.warmup) {
+      if (i >= a.timing.warmup) {
         fwd.push_back(ms_since(t0));
       }
     }
@@ -105,7 +97,7 @@ int run(const Args& a) {
       loss = loss + res.outputs[k].to(at::kFloat).square().mean();
     }
     loss.backward();
-    if (i >= a.warmup) {
+    if (i >= a.timing.warmup) {
       fwd_bwd.push_back(ms_since(t0));
     }
     model.module->zero_grad();

@@ -25,12 +25,12 @@
 #include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/gather.h>
 
+#include "bench_options.h"
 #include "testing/run_ranks.h"
 #include "verify_workload.h"
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #ifdef FRAMESHARD_WITH_NCCL
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -56,9 +56,7 @@ struct Args {
   cli::WorkloadRequest workload;
   int world = 2;
   std::string device = "cpu";
-  std::string dtype = "bfloat16";
-  int repeats = 3;
-  int warmup = 1;
+  bench::TimingOptions timing{"bfloat16"};
 };
 
 Args parse(int argc, char** argv) {
@@ -74,15 +72,8 @@ Args parse(int argc, char** argv) {
   app.add_option("--scale", a.workload.scale)->check(CLI::NonNegativeNumber);
   app.add_option("--world", a.world)->check(CLI::PositiveNumber);
   app.add_option("--device", a.device)->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--dtype", a.dtype)
-      ->check(CLI::IsMember({"float32", "bfloat16"}));
-  app.add_option("--repeats", a.repeats)->check(CLI::PositiveNumber);
-  app.add_option("--warmup", a.warmup)->check(CLI::NonNegativeNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e) == 0 ? 0 : 2);  // prints --help or the error
-  }
+  bench::add_timing_options(app, a.timing);
+  bench::parse_or_exit(app, argc, argv);
   return a;
 }
 
@@ -190,7 +181,7 @@ Arm run_arm(
   eo.plan = w.plan;
   eo.plan.policy.enabled = sharded;
   Arm arm;
-  for (int i = 0; i < w.args->warmup + w.args->repeats; ++i) {
+  for (int i = 0; i < w.args->timing.warmup + w.args->timing.repeats; ++i) {
     pg->barrier()->wait();
     reset_cuda_peak(dev);
     const auto t0 = std::chrono::steady_clock::now();
@@ -203,7 +194,7 @@ Arm run_arm(
     sync(dev);
     const double ms = max_over_ranks(pg, elapsed_ms(t0));
     w.model.module->zero_grad();
-    if (i >= w.args->warmup) {
+    if (i >= w.args->timing.warmup) {
       arm.step_ms.push_back(ms);
     }
     arm.peak_bytes = std::max<int64_t>(
@@ -271,7 +262,7 @@ int run(const Args& a) {
   const cli::ResolvedWorkload wl = cli::resolve_workload(a.workload);
   const models::QwenVisionConfig cfg = tower_config(a.family, a.depth);
   const at::ScalarType dtype =
-      a.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+      a.timing.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   if (a.device == "cpu") {
     at::set_num_threads(1);  // one core per rank
   }
@@ -321,7 +312,7 @@ int run(const Args& a) {
           c.push_back(s.real_tokens);
         }
         auto g = time_gather(
-            c, cfg.out_hidden_size(), dtype, rank, pg, dev, a.repeats);
+            c, cfg.out_hidden_size(), dtype, rank, pg, dev, a.timing.repeats);
         if (rank == 0) {
           replicated = rep;
           sharded = sh;
@@ -345,7 +336,7 @@ int run(const Args& a) {
       "%lld tokens\n",
       a.family.c_str(),
       static_cast<long long>(a.depth),
-      a.dtype.c_str(),
+      a.timing.dtype.c_str(),
       a.device.c_str(),
       a.world,
       wl.display_label().c_str(),
@@ -354,7 +345,7 @@ int run(const Args& a) {
   std::printf(
       "  tower forward+backward (max over ranks, median of %d):\n"
       "    replicated %10.1f ms   sharded %10.1f ms   ratio %.3f\n",
-      a.repeats,
+      a.timing.repeats,
       rep_ms,
       sh_ms,
       sh_ms / rep_ms);
@@ -379,7 +370,7 @@ int run(const Args& a) {
   nlohmann::json j = {
       {"family", a.family},
       {"depth", a.depth},
-      {"dtype", a.dtype},
+      {"dtype", a.timing.dtype},
       {"device", a.device},
       {"world", a.world},
       {"workload", wl.display_label()},

@@ -72,7 +72,6 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
-
 [[noreturn]] void config_error(
     const std::string& path,
     const std::string& expected,
