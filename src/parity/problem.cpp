@@ -154,7 +154,11 @@ at::Tensor rank_loss(
     const at::Tensor& row_mask) {
   at::Tensor loss = torch::zeros({}, torch::kDouble);
   for (size_t k = 0; k < outputs.size(); ++k) {
-    at::Tensor rows = torch::arange(q, outputs[k].size(0), problem.world());
+    // Rank q owns rows q, q + world, ...: none when q >= rows (fewer tokens
+    // than ranks), and torch's arange refuses a start past its end.
+    const int64_t n = outputs[k].size(0);
+    at::Tensor rows =
+        torch::arange(std::min<int64_t>(q, n), n, problem.world());
     at::Tensor mine = outputs[k]
                           .index_select(0, rows.to(outputs[k].device()))
                           .to(torch::kCPU, torch::kDouble);

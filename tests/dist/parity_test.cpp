@@ -165,6 +165,17 @@ TEST(ParityHarness, ExactRunStartsFromTheRoundedParameters) {
   }
 }
 
+// One token over three ranks: ranks 1 and 2 own no row of the sequence, so
+// their losses are empty sums (a regression: rows i % 3 == 2 of a 1-row
+// output once raised a raw torch arange error in frameshard verify).
+TEST(ParityHarness, FewerTokensThanRanksGiveEmptyLossesNotAnError) {
+  parity::ParitySpec spec = small_spec(3);
+  spec.grid = {{1, 2, 2}};
+  const auto run = testing::run_parity(spec, test_tower_factory(3));
+  EXPECT_LE(run.report.max_output_diff(), 1e-12);
+  EXPECT_LE(run.report.max_gradient_diff(), 1e-12);
+}
+
 TEST(ParityHarness, ReportsEveryRanksRowsAndBytes) {
   const auto run = testing::run_parity(small_spec(3), test_tower_factory(3));
   const parity::ParityReport& rep = run.report;
