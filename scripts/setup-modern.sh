@@ -6,8 +6,8 @@
 # Usage: scripts/setup-modern.sh
 #   FRAMESHARD_VENV    venv directory (default: <repo>/.venv)
 #   FRAMESHARD_PYTHON  interpreter for the venv (default: pyenv's python3;
-#                      Debian's /usr/bin/python3 is refused: its site has torch
-#                      1.13, the build tier, not this one)
+#                      Debian's /usr/bin/python3 is refused: its site may hold
+#                      Debian's torch 1.13, which frameshard never uses)
 #   UV_CACHE_DIR       uv's wheel cache (default: ~/.cache/uv)
 #
 # Idempotent: when the venv already holds exactly the pinned set below, it only

@@ -1,6 +1,7 @@
 // The unpadded variable-size all-gather and its reduce-scatter-v backward,
-// both built on alltoall_base with split sizes (the only variable-size
-// collective Gloo has in 1.13; on NCCL it is also a single, unpadded call).
+// both built on the variable-size all-to-all with split sizes (c10d's
+// alltoall_base op: Gloo's only variable-size collective; on NCCL a single,
+// unpadded call too; see runtime/c10d_compat.h for its name by version).
 //
 // The payload travels as raw bytes ([rows, row_bytes] uint8): the collective
 // only moves data, so any dtype works (bfloat16, bool, complex) whether or
