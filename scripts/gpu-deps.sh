@@ -9,5 +9,5 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$root/.gpu-deps"
 cd "$root/.gpu-deps"
 apt-get download libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev nlohmann-json3-dev \
-  libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian
 ls -la "$root/.gpu-deps"
