@@ -119,9 +119,10 @@ double max_over_ranks(const ProcessGroupPtr& pg, double v) {
 }
 
 struct Arm {
-  std::vector<double> step_ms;  // max over ranks, per timed repeat
-  int64_t peak_bytes = 0;       // max over ranks (CUDA), else 0
-  int64_t bytes_sent = 0;       // rank 0's forward gather payload
+  std::vector<double> step_ms;         // max over ranks, per timed repeat
+  int64_t peak_bytes = 0;              // max over ranks (CUDA), else 0
+  int64_t bytes_sent = 0;              // rank 0's forward gather payload
+  std::vector<int64_t> gather_counts;  // rows per rank (sharded plan)
 };
 
 double median(std::vector<double> v) {
@@ -165,7 +166,6 @@ void sync(c10::Device d) {
 struct RankWork {
   const Args* args;
   models::QwenVisionModel model;
-  at::Tensor pixels;  // CPU, dtype
   at::Tensor grid;
   PlanOptions plan;
 };
@@ -202,6 +202,7 @@ Arm run_arm(
         static_cast<int64_t>(
             max_over_ranks(pg, static_cast<double>(cuda_peak_bytes(dev)))));
     arm.bytes_sent = res.bytes_sent;
+    arm.gather_counts = res.plan.gather_counts;
   }
   return arm;
 }
@@ -302,15 +303,8 @@ int run(const Args& a) {
         const at::Tensor px = pixels.to(dev);
         Arm rep = run_arm(w, false, pg, dev, px);
         Arm sh = run_arm(w, true, pg, dev, px);
-        const ShardPlan plan = make_plan(wl.workload.grid, [&] {
-          PlanOptions o = w.plan;
-          o.policy.enabled = true;
-          return o;
-        }());
-        std::vector<int64_t> c;
-        for (const auto& s : plan.ranks) {
-          c.push_back(s.real_tokens);
-        }
+        // The gather alone, on the rows the sharded plan gathered.
+        const std::vector<int64_t>& c = sh.gather_counts;
         auto g = time_gather(
             c, cfg.out_hidden_size(), dtype, rank, pg, dev, a.timing.repeats);
         if (rank == 0) {
