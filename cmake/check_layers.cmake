@@ -11,7 +11,9 @@
 #   models   no c10d, no runtime
 #   runtime  no model
 #   parity   (internal parity harness) no model: towers come from a factory
-# Upper layers (tools/, tests/, bench/, python/, src/train/) may include any.
+#   train    (src/train, include/frameshard/train) may include any of the
+#            above; none of them may include it
+# Upper layers (tools/, tests/, bench/, python/) may include any.
 
 if(NOT FRAMESHARD_LAYERS_ROOT)
   message(FATAL_ERROR "check_layers: set FRAMESHARD_LAYERS_ROOT")
@@ -21,20 +23,21 @@ set(_torch "(ATen|c10|torch|caffe2)/")
 set(_dist "(c10d|torch/csrc/distributed)/|frameshard/runtime/|\"runtime/")
 set(_models "frameshard/models/|\"models/")
 set(_tower "frameshard/tower\\.h|\"tower/")
+set(_train "frameshard/train/|\"train/")
 
 # name | globs (relative to the root) | forbidden-include regex
 set(_layer_core_globs src/core/*.cpp src/core/*.h include/frameshard/*.h)
-set(_layer_core_rule "${_torch}|${_dist}|${_models}|${_tower}")
+set(_layer_core_rule "${_torch}|${_dist}|${_models}|${_tower}|${_train}")
 set(_layer_tower_globs src/tower/*.cpp src/tower/*.h include/frameshard/tower.h)
-set(_layer_tower_rule "${_dist}|${_models}")
+set(_layer_tower_rule "${_dist}|${_models}|${_train}")
 set(_layer_models_globs src/models/*.cpp src/models/*.h
     include/frameshard/models/*.h)
-set(_layer_models_rule "${_dist}")
+set(_layer_models_rule "${_dist}|${_train}")
 set(_layer_runtime_globs src/runtime/*.cpp src/runtime/*.h
     include/frameshard/runtime/*.h)
-set(_layer_runtime_rule "${_models}")
+set(_layer_runtime_rule "${_models}|${_train}")
 set(_layer_parity_globs src/parity/*.cpp src/parity/*.h)
-set(_layer_parity_rule "${_models}")
+set(_layer_parity_rule "${_models}|${_train}")
 # Top-level headers that are not core: the tower contract and the umbrella.
 set(_core_exempt include/frameshard/tower.h include/frameshard/frameshard.h)
 

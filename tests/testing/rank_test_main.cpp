@@ -1,5 +1,5 @@
-// Entry point of frameshard_dist_tests. Ranks are threads of this process,
-// so torch's intra-op pool is pinned to one thread: several ranks each
+// Entry point of the multi-rank test programs (frameshard_dist_tests,
+// frameshard_train_tests). Ranks are threads of one process,
 // spawning a full pool would oversubscribe the cores and slow every test.
 //
 // SIGPIPE is ignored, as Python (and so torch.distributed) does: Gloo writes
