@@ -15,6 +15,8 @@ void register_plan_command(CLI::App& app);
 void register_verify_command(CLI::App& app);
 /// `frameshard encode`: a Hugging Face Qwen-VL vision tower on pixel rows.
 void register_encode_command(CLI::App& app);
+/// `frameshard train` and `frameshard ab`: CP training of a small VLM.
+void register_train_commands(CLI::App& app);
 
 }  // namespace cli
 }  // namespace frameshard

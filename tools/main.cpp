@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
 #ifdef FRAMESHARD_HAVE_RUNTIME
   frameshard::cli::register_verify_command(app);
   frameshard::cli::register_encode_command(app);
+  frameshard::cli::register_train_commands(app);
 #endif
   try {
     app.parse(argc, argv);

@@ -1,6 +1,7 @@
 // `frameshard plan`: plan one workload for K ranks, show the per-rank loads
 // and compare every partitioner on the same unit costs.
 #include "commands.h"
+#include "dotted_overrides.h"
 
 #include <frameshard/config.h>
 #include <frameshard/error.h>
@@ -61,47 +62,6 @@ void apply_option(
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (from " + option + ")");
   }
-}
-
-// The `--dotted.key value` / `--dotted.key=value` pairs CLI11 left over;
-// returns the keys applied, in order.
-std::vector<std::string> apply_dotted_overrides(
-    Config& config, const std::vector<std::string>& extras) {
-  std::vector<std::string> keys;
-  for (std::size_t i = 0; i < extras.size(); ++i) {
-    const std::string& arg = extras[i];
-    FRAMESHARD_CHECK(
-        arg.size() > 2 && arg.compare(0, 2, "--") == 0,
-        "plan",
-        "expected an option or a dotted config override such as --",
-        fs_key("enabled"),
-        " false, got ",
-        arg);
-    std::string key = arg.substr(2);
-    std::string value;
-    const std::size_t eq = key.find('=');
-    if (eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else {
-      FRAMESHARD_CHECK(
-          i + 1 < extras.size(),
-          "plan",
-          "expected a value after ",
-          arg,
-          ", got nothing");
-      value = extras[++i];
-    }
-    FRAMESHARD_CHECK(
-        key.find('.') != std::string::npos,
-        "plan",
-        "expected a plan option or a dotted config key (--distributed.<key>), "
-        "got unknown option ",
-        arg);
-    apply_override(config, key, value);
-    keys.push_back(key);
-  }
-  return keys;
 }
 
 std::string fmt(double v, const char* f) {
@@ -420,7 +380,13 @@ void run_plan(const PlanArgs& args, const std::vector<std::string>& extras) {
     config.frame_sharding.enabled = true;
     policy_note = "enabled=true by the plan default (no --config)";
   }
-  const std::vector<std::string> keys = apply_dotted_overrides(config, extras);
+  const std::vector<std::string> keys = apply_dotted_overrides(
+      extras,
+      [&config](const std::string& k, const std::string& v) {
+        apply_override(config, k, v);
+      },
+      "plan",
+      fs_key("enabled") + " false");
   const std::string enabled_key = fs_key("enabled");
   // The key itself or a section above it (--distributed... '{enabled: x}').
   if (std::any_of(keys.begin(), keys.end(), [&](const std::string& k) {

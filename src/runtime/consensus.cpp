@@ -149,7 +149,8 @@ std::vector<ConsensusRecord> run_consensus(
     const std::vector<int64_t>& expected_rows,
     c10::Device device,
     std::chrono::milliseconds timeout,
-    const char* fn) {
+    const char* fn,
+    const char* subject) {
   const int world = group->getSize();
   const std::string prefix = rank_prefix(fn, group);
   const auto words = pack(mine);
@@ -216,13 +217,16 @@ std::vector<ConsensusRecord> run_consensus(
     TORCH_CHECK(
         a.fingerprint == b.fingerprint,
         prefix,
-        "ranks disagree on the plan fingerprint: rank 0 has ",
+        "ranks disagree on the ",
+        subject,
+        " fingerprint: rank 0 has ",
         hex(a.fingerprint),
         ", rank ",
         q,
         " has ",
         hex(b.fingerprint),
-        " (different grid_thw or options?)");
+        std::string(subject) == "plan" ? " (different grid_thw or options?)"
+                                       : "");
   }
   for (int q = 1; q < world; ++q) {
     TORCH_CHECK(

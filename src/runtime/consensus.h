@@ -42,14 +42,16 @@ struct ConsensusRecord {
 /// (agreed) plan says rank q contributes. Raises c10::Error prefixed
 /// "frameshard::<fn>: [rank r/W] " on any failure or disagreement; returns
 /// every rank's record otherwise. `device` holds the exchanged buffer
-/// (CPU for Gloo, the current CUDA device for NCCL).
+/// (CPU for Gloo, the current CUDA device for NCCL). `subject` names what
+/// the fingerprint is of in the disagreement error ("plan", "config").
 std::vector<ConsensusRecord> run_consensus(
     const ProcessGroupPtr& group,
     const ConsensusRecord& mine,
     const std::vector<int64_t>& expected_rows,
     c10::Device device,
     std::chrono::milliseconds timeout,
-    const char* fn);
+    const char* fn,
+    const char* subject = "plan");
 
 }  // namespace internal
 }  // namespace frameshard

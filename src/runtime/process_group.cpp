@@ -75,7 +75,7 @@ c10::optional<int64_t> env_int(const char* name, bool required) {
         "read_launch_env",
         "expected environment variable ",
         name,
-        " to be set (torchrun sets it), got nothing");
+        " to be set (by torchrun, SLURM or MPI), got nothing");
     return c10::nullopt;
   }
   errno = 0;
@@ -121,30 +121,72 @@ ProcessGroupPtr make_file_store_group(
   return make_gloo_group(store, rank, size, options);
 }
 
+namespace {
+
+// The launcher's variable names: torchrun's, else SLURM's (srun), else
+// Open MPI's or PMI's (mpirun). The first launcher whose rank variable is
+// set wins.
+struct LauncherVars {
+  const char* name;
+  const char* rank;
+  const char* world;
+  const char* local_rank;
+};
+constexpr LauncherVars kLaunchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+};
+
+const LauncherVars& detect_launcher() {
+  for (const auto& l : kLaunchers) {
+    if (env_int(l.rank, false)) {
+      return l;
+    }
+  }
+  return kLaunchers[0];  // torchrun's names in the "not set" errors
+}
+
+}  // namespace
+
 LaunchEnv read_launch_env() {
   LaunchEnv env;
-  const int64_t world = *env_int("WORLD_SIZE", true);
+  const LauncherVars& l = detect_launcher();
+  env.launcher = l.name;
+  const int64_t world = *env_int(l.world, true);
   FRAMESHARD_TORCH_CHECK(
       world >= 1 && world <= (1 << 24),
       "read_launch_env",
-      "expected WORLD_SIZE >= 1, got ",
+      "expected ",
+      l.world,
+      " >= 1, got ",
       world);
-  const int64_t rank = *env_int("RANK", true);
+  const int64_t rank = *env_int(l.rank, true);
   FRAMESHARD_TORCH_CHECK(
       rank >= 0 && rank < world,
       "read_launch_env",
-      "expected RANK in [0, WORLD_SIZE=",
+      "expected ",
+      l.rank,
+      " in [0, ",
+      l.world,
+      "=",
       world,
       "), got ",
       rank);
-  // LOCAL_RANK only matters for device selection; single-node launchers
+  // The local rank only matters for device selection; single-node launchers
   // that omit it mean local rank == rank.
-  const auto local = env_int("LOCAL_RANK", false);
+  const auto local = env_int(l.local_rank, false);
   const int64_t local_rank = local ? *local : rank;
   FRAMESHARD_TORCH_CHECK(
       local_rank >= 0 && local_rank < world,
       "read_launch_env",
-      "expected LOCAL_RANK in [0, WORLD_SIZE=",
+      "expected ",
+      l.local_rank,
+      " in [0, ",
+      l.world,
+      "=",
       world,
       "), got ",
       local_rank);
@@ -152,8 +194,10 @@ LaunchEnv read_launch_env() {
   FRAMESHARD_TORCH_CHECK(
       addr != nullptr && *addr != '\0',
       "read_launch_env",
-      "expected environment variable MASTER_ADDR to be set (torchrun sets it), "
-      "got nothing");
+      "expected environment variable MASTER_ADDR to be set (torchrun sets "
+      "it; under ",
+      l.name == std::string("torchrun") ? "SLURM or MPI" : l.name,
+      " export the address of rank 0), got nothing");
   const int64_t port = *env_int("MASTER_PORT", true);
   FRAMESHARD_TORCH_CHECK(
       port >= 1 && port <= 65535,
@@ -168,16 +212,26 @@ LaunchEnv read_launch_env() {
   return env;
 }
 
+StorePtr make_store_from_env(
+    const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.master_port);
+  // torchrun's agent already serves a store at MASTER_ADDR:MASTER_PORT and
+  // says so (as torch.distributed's env:// rendezvous reads it): then every
+  // rank is a client, else rank 0 hosts it.
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent != nullptr && std::string(agent) == "True";
+  so.isServer = env.rank == 0 && !agent_store;
+  so.numWorkers = static_cast<std::size_t>(env.world_size);
+  so.waitWorkers = so.isServer;
+  so.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+}
+
 ProcessGroupPtr make_group_from_env(const GroupOptions& options) {
   check_group_options("make_group_from_env", options);
   const LaunchEnv env = read_launch_env();
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<std::uint16_t>(env.master_port);
-  so.isServer = env.rank == 0;
-  so.numWorkers = static_cast<std::size_t>(env.world_size);
-  so.waitWorkers = true;
-  so.timeout = options.timeout;
-  StorePtr store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  StorePtr store = make_store_from_env(env, options.timeout);
   const std::string backend = resolve_backend(options.backend);
 #ifdef FRAMESHARD_WITH_NCCL
   if (backend == "nccl") {

@@ -182,11 +182,16 @@ TEST(MakeSubgroup, RejectsBadMembers) {
       std::string::npos);
 }
 
-/// Sets the torchrun variables for one test and restores them after.
+/// Sets the torchrun variables for one test (and clears SLURM's and MPI's)
+/// and restores them after.
 class LaunchEnvTest : public ::testing::Test {
  protected:
   const std::vector<std::string> names_ = {
-      "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+      "RANK",          "WORLD_SIZE",           "LOCAL_RANK",
+      "MASTER_ADDR",   "MASTER_PORT",          "SLURM_PROCID",
+      "SLURM_NTASKS",  "SLURM_LOCALID",        "OMPI_COMM_WORLD_RANK",
+      "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
+      "PMI_SIZE",      "MPI_LOCALRANKID"};
   std::map<std::string, std::string> saved_;
   std::map<std::string, bool> had_;
 
@@ -195,6 +200,9 @@ class LaunchEnvTest : public ::testing::Test {
       const char* v = std::getenv(n.c_str());
       had_[n] = v != nullptr;
       saved_[n] = v ? v : "";
+    }
+    for (const auto& n : names_) {
+      unsetenv(n.c_str());
     }
     set("RANK", "0");
     set("WORLD_SIZE", "1");
@@ -230,6 +238,36 @@ TEST_F(LaunchEnvTest, ReadsTheTorchrunVariables) {
   EXPECT_EQ(env.master_port, 1234);
   unsetenv("LOCAL_RANK");
   EXPECT_EQ(read_launch_env().local_rank, 3);
+}
+
+TEST_F(LaunchEnvTest, ReadsSlurmAndMpiVariablesWhenTorchrunsAreAbsent) {
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("LOCAL_RANK");
+  set("SLURM_PROCID", "5");
+  set("SLURM_NTASKS", "8");
+  set("SLURM_LOCALID", "1");
+  LaunchEnv env = read_launch_env();
+  EXPECT_EQ(env.launcher, "slurm");
+  EXPECT_EQ(env.rank, 5);
+  EXPECT_EQ(env.world_size, 8);
+  EXPECT_EQ(env.local_rank, 1);
+  set("SLURM_NTASKS", "4");
+  EXPECT_NE(
+      torch_error_of([] {
+        read_launch_env();
+      }).find("expected SLURM_PROCID in [0, SLURM_NTASKS=4), got 5"),
+      std::string::npos);
+  unsetenv("SLURM_PROCID");
+  set("OMPI_COMM_WORLD_RANK", "2");
+  set("OMPI_COMM_WORLD_SIZE", "3");
+  env = read_launch_env();
+  EXPECT_EQ(env.launcher, "openmpi");
+  EXPECT_EQ(env.rank, 2);
+  EXPECT_EQ(env.local_rank, 2);  // no local rank: single node
+  set("RANK", "0");  // torchrun's names win when set
+  set("WORLD_SIZE", "1");
+  EXPECT_EQ(read_launch_env().launcher, "torchrun");
 }
 
 TEST_F(LaunchEnvTest, ErrorsNameTheVariable) {

@@ -71,9 +71,13 @@ ProcessGroupPtr make_file_store_group(
     int size,
     const GroupOptions& options = {});
 
-/// The torchrun environment, validated (missing or malformed variables are
-/// errors naming the variable).
+/// The launcher's environment, validated (missing or malformed variables
+/// are errors naming the variable): torchrun's RANK, WORLD_SIZE, LOCAL_RANK;
+/// else SLURM's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; else Open MPI's
+/// OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK} or PMI_RANK, PMI_SIZE. The
+/// rendezvous is always MASTER_ADDR:MASTER_PORT (rank 0 hosts a TCPStore).
 struct LaunchEnv {
+  std::string launcher = "torchrun";  // torchrun | slurm | openmpi | pmi
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
@@ -81,6 +85,13 @@ struct LaunchEnv {
   int master_port = 29500;
 };
 LaunchEnv read_launch_env();
+
+/// The TCPStore at env.master_addr:master_port (rank 0 hosts it, unless
+/// torchrun's agent does: TORCHELASTIC_USE_AGENT_STORE=True), e.g. for
+/// subgroups (make_subgroup) next to the world group.
+StorePtr make_store_from_env(
+    const LaunchEnv& env,
+    std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 /// Group over a TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it), of
 /// options.backend (Gloo by default).

@@ -1,0 +1,114 @@
+// File: frameshard/train/trainer.h
+//
+// One arm of the training job on one rank: a small VLM (a Qwen-VL-family
+// tower and the CP decoder of decoder.h), AdamW, and a step that
+//   1. builds the step's batch (data_batch.h; one packed sequence per DP
+//      replica, the same on every CP rank of it) and its pixel values;
+//   2. encodes the media with frameshard::encode: the sharded arm runs the
+//      tower on this rank's frames and gathers the outputs; the replicated
+//      arm (sharding off) runs it on every frame on every CP rank, as the
+//      baseline of the seeds does;
+//   3. places the visual embeddings at the media positions of this rank's
+//      two load-balanced chunks (DeepStack features added after the first
+//      decoder blocks), runs the decoder with attention across the CP ranks
+//      and takes the next-token loss of its positions (summed, divided by
+//      the replica's label count, so the CP ranks' losses add up to the
+//      replica's mean);
+//   4. runs backward in three timed phases (decoder; the gather's
+//      reduce-scatter; the tower, recomputed first under
+//      model.vision_checkpointing), which equals one backward because each
+//      phase hands the next the gradient of its inputs;
+//   5. all-reduces the gradients over DP x CP (sum, divided by dp) and
+//      steps AdamW.
+// Both arms compute the same function with the same seed and data, so their
+// losses and gradients agree to rounding.
+//
+// Usage:
+//   frameshard::train::TrainGroups g{world_group, cp_group, rank, world};
+//   frameshard::train::Trainer t(cfg, g, /*sharded=*/true);
+//   for (int64_t s = 0; s < cfg.train.steps; ++s) {
+//     frameshard::train::StepMetrics m = t.step(s);
+//   }
+//
+// Collective: the constructor (config agreement) and every step, over the
+// world group (every rank, same config).
+#pragma once
+
+#include <frameshard/plan.h>
+#include <frameshard/runtime/process_group.h>
+#include <frameshard/train/data_batch.h>
+#include <frameshard/train/decoder.h>
+#include <frameshard/train/memory_stats.h>
+#include <frameshard/train/train_config.h>
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+namespace train {
+
+/// The groups a rank trains in: `world` spans DP x CP (row-major, dp
+/// outermost: global rank = dp_rank * cp + cp_rank), `cp` this rank's CP
+/// group (the world group itself when dp == 1; may be null when cp == 1).
+struct TrainGroups {
+  ProcessGroupPtr world;
+  ProcessGroupPtr cp;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
+/// What one rank measured in one step.
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0.0;             // the global loss (same on every rank)
+  double step_seconds = 0.0;     // whole step, data to optimizer
+  double vision_seconds = 0.0;   // tower forward + backward (+ recompute)
+  double gather_seconds = 0.0;   // encode's plan, consensus and gather,
+                                 // and the gather's backward
+  double decoder_seconds = 0.0;  // decoder forward + backward
+  int64_t peak_bytes = 0;        // peak tensor bytes over the step
+  int64_t vision_peak_bytes = 0; // peak above the step's start during the
+                                 // tower's forward (its activations)
+  int64_t tower_rows = 0;        // patch rows this rank's tower ran on
+  std::string plan_path;         // "sharded" or "replicated"
+};
+
+class Trainer {
+ public:
+  /// Builds the model (seeded: identical on every rank), the optimizer and
+  /// the data source; checks the groups against the config and that every
+  /// rank runs the same config (frameshard::agree). Collective.
+  Trainer(const TrainConfig& config, const TrainGroups& groups, bool sharded);
+  ~Trainer();
+
+  /// One training step (forward_backward, then the optimizer). Collective.
+  StepMetrics step(int64_t step);
+  /// Steps 1-4 of the banner plus the gradient all-reduce, without the
+  /// optimizer: the gradients stay in the parameters. Collective.
+  StepMetrics forward_backward(int64_t step);
+
+  /// Every trainable parameter, tower first ("tower.<hf name>", then
+  /// "decoder.<name>").
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  /// The batch of `step` on this rank's DP replica.
+  BatchLayout batch(int64_t step) const;
+  /// The plan options of this arm (train_config.h, arm_plan_options).
+  const PlanOptions& plan_options() const;
+  int64_t dp_rank() const;
+  int64_t cp_rank() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Gathers every rank's metrics of one step over the world group: entry q
+/// is rank q's. Collective.
+std::vector<StepMetrics> gather_step_metrics(
+    const StepMetrics& mine, const TrainGroups& groups);
+
+}  // namespace train
+}  // namespace frameshard

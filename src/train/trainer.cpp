@@ -1,0 +1,407 @@
+// One arm of the training job on one rank (trainer.h).
+#include <frameshard/train/trainer.h>
+
+#include <frameshard/error.h>
+#include <frameshard/runtime/agree.h>
+#include <frameshard/runtime/encode.h>
+#include <frameshard/models/cost_bridge.h>
+#include <frameshard/train/cp_attention.h>
+
+#include "train/vision_stage.h"
+#include "train/vlm_parts.h"
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace frameshard {
+namespace train {
+
+using Clock = std::chrono::steady_clock;
+
+struct Trainer::State {
+  TrainConfig config;
+  TrainGroups groups;
+  bool sharded = true;
+  int64_t rank = 0;
+  int64_t dp = 1;
+  int64_t cp = 1;
+  at::ScalarType dtype = at::kFloat;
+  PlanOptions plan;
+  models::QwenVisionModel tower;
+  Decoder decoder{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::vector<ManifestSample> manifest;
+  MemoryStats memory{c10::Device(c10::kCPU)};
+  std::unique_ptr<detail::VisionStage> vision;
+};
+
+namespace {
+
+int64_t group_size(const ProcessGroupPtr& g) {
+  return g ? g->getSize() : 1;
+}
+
+// Checks the groups against the recipe (the same on every rank, so every
+// rank raises the same error; agree() then catches ranks whose recipes
+// differ).
+void check_groups(const TrainConfig& c, const TrainGroups& g) {
+  const int64_t world = group_size(g.world);
+  const int64_t want = c.parallel.dp_size * c.parallel.cp_size;
+  FRAMESHARD_CHECK(
+      world == want,
+      "train",
+      "expected a world of distributed.dp_size x cp_size = ",
+      c.parallel.dp_size,
+      " x ",
+      c.parallel.cp_size,
+      " = ",
+      want,
+      " ranks, got ",
+      world);
+  FRAMESHARD_CHECK(
+      g.cp && group_size(g.cp) == c.parallel.cp_size,
+      "train",
+      "expected a CP group of distributed.cp_size = ",
+      c.parallel.cp_size,
+      " ranks, got ",
+      group_size(g.cp));
+  FRAMESHARD_CHECK(
+      c.parallel.tp_size == 1,
+      "train",
+      "expected distributed.tp_size 1 (the training job has no tensor "
+      "parallelism), got ",
+      c.parallel.tp_size);
+}
+
+uint64_t config_fingerprint(const TrainConfig& c, bool sharded) {
+  return std::hash<std::string>{}(to_yaml(c) + (sharded ? "|s" : "|r"));
+}
+
+
+// The step's inputs on this rank: the packed sequence of its DP replica
+// and this CP rank's share of it.
+struct LocalBatch {
+  BatchLayout layout;
+  at::Tensor pixels;      // [rows, features], the replica's media
+  at::Tensor grid;        // int64 [media, 3]
+  at::Tensor positions;   // int64 [local]: global positions held here
+  at::Tensor tokens;      // int64 [local]
+  at::Tensor labels;      // int64 [local]
+  at::Tensor media_rows;  // int64: local rows that hold media tokens
+  at::Tensor media_src;   // int64: their rows in the visual embeddings
+  int64_t label_count = 0;  // labels of the whole replica (the divisor)
+};
+
+at::Tensor long_tensor(const std::vector<int64_t>& v, c10::Device d) {
+  return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(d);
+}
+
+}  // namespace
+
+Trainer::Trainer(
+    const TrainConfig& config, const TrainGroups& groups, bool sharded)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.config = config;
+  s.groups = groups;
+  s.sharded = sharded;
+  s.rank = groups.world ? groups.world->getRank() : 0;
+  s.dp = config.parallel.dp_size;
+  s.cp = config.parallel.cp_size;
+  s.memory = MemoryStats(groups.device);
+  std::exception_ptr error;
+  try {
+    check_groups(config, groups);
+    s.dtype = detail::parse_train_dtype(config.train.dtype);
+    torch::manual_seed(static_cast<uint64_t>(config.train.seed));
+    s.tower = detail::make_tower(config.model, s.dtype);
+    s.decoder = Decoder(detail::decoder_config(
+        config.model, s.tower.config.out_hidden_size()));
+    const int64_t deepstack =
+        static_cast<int64_t>(s.tower.config.output_names().size()) - 1;
+    FRAMESHARD_CHECK(
+        deepstack <= config.model.text_layers,
+        "train",
+        "expected model.text_layers >= the tower's DeepStack outputs (",
+        deepstack,
+        "), got ",
+        config.model.text_layers);
+    s.decoder->to(s.dtype);
+    s.tower.module->to(groups.device);
+    s.decoder->to(groups.device);
+    s.plan = arm_plan_options(config, sharded);
+    s.plan.layout = models::media_layout(s.tower.config);
+    if (config.parallel.frame_sharding.cost_alpha == "auto") {
+      // The FLOPs of the tower that runs, not of a preset.
+      s.plan.cost = flop_cost_model(models::tower_dims(s.tower.config));
+    }
+    if (!config.data.manifest.empty()) {
+      s.manifest = load_manifest(config.data.manifest, s.plan.layout);
+    }
+    std::vector<at::Tensor> params = s.tower.module->parameters();
+    for (const auto& p : s.decoder->parameters()) {
+      params.push_back(p);
+    }
+    s.optimizer = std::make_unique<torch::optim::AdamW>(
+        params,
+        torch::optim::AdamWOptions(config.train.lr)
+            .weight_decay(config.train.weight_decay));
+    s.vision = std::make_unique<detail::VisionStage>(
+        s.tower.tower, config.model.vision_checkpointing, &s.memory);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  agree(groups.world, config_fingerprint(config, sharded), error, "train",
+        "config", groups.device);
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::dp_rank() const {
+  return state_->rank / state_->cp;
+}
+
+int64_t Trainer::cp_rank() const {
+  return state_->rank % state_->cp;
+}
+
+const PlanOptions& Trainer::plan_options() const {
+  return state_->plan;
+}
+
+BatchLayout Trainer::batch(int64_t step) const {
+  const State& s = *state_;
+  const int64_t pad = 2 * s.cp;
+  if (!s.manifest.empty()) {
+    return manifest_batch(s.manifest, s.config.data, s.plan.layout,
+                          s.config.model.vocab_size, pad, step, dp_rank());
+  }
+  return synthetic_batch(s.config.data, s.plan.layout,
+                         s.config.model.vocab_size, pad, step, dp_rank());
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Trainer::named_parameters()
+    const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : state_->tower.module->named_parameters()) {
+    out.emplace_back("tower." + p.key(), p.value());
+  }
+  for (const auto& p : state_->decoder->named_parameters()) {
+    out.emplace_back("decoder." + p.key(), p.value());
+  }
+  return out;
+}
+
+namespace {
+
+LocalBatch local_batch(const Trainer& t, const TrainConfig& c,
+                       int64_t step, at::ScalarType dtype, c10::Device d,
+                       int64_t features) {
+  LocalBatch b;
+  b.layout = t.batch(step);
+  const int64_t cp = c.parallel.cp_size;
+  int64_t rows = 0;
+  for (const auto& g : b.layout.grid) {
+    rows += g.t * g.h * g.w;
+  }
+  b.pixels = detail::synthetic_pixels(
+                 rows, features, static_cast<uint64_t>(c.data.seed), step,
+                 t.dp_rank(), dtype)
+                 .to(d);
+  b.grid = grid_to_tensor(b.layout.grid, d);
+  const auto pos =
+      cp_local_positions(b.layout.seq_len(), cp, t.cp_rank());
+  std::vector<int64_t> tokens, labels, media_rows, media_src;
+  // media_index[p]: the visual row of media position p (sequence order).
+  std::vector<int64_t> media_index(b.layout.tokens.size(), -1);
+  int64_t next = 0;
+  for (size_t p = 0; p < b.layout.tokens.size(); ++p) {
+    if (b.layout.tokens[p] == kMediaToken) {
+      media_index[p] = next++;
+    }
+    b.label_count += b.layout.labels[p] != kIgnoreLabel ? 1 : 0;
+  }
+  for (size_t i = 0; i < pos.size(); ++i) {
+    const auto p = static_cast<size_t>(pos[i]);
+    tokens.push_back(b.layout.tokens[p]);
+    labels.push_back(b.layout.labels[p]);
+    if (media_index[p] >= 0) {
+      media_rows.push_back(static_cast<int64_t>(i));
+      media_src.push_back(media_index[p]);
+    }
+  }
+  b.positions = long_tensor(pos, d);
+  b.tokens = long_tensor(tokens, d);
+  b.labels = long_tensor(labels, d);
+  b.media_rows = long_tensor(media_rows, d);
+  b.media_src = long_tensor(media_src, d);
+  return b;
+}
+
+// The decoder's input and DeepStack additions from the visual outputs.
+at::Tensor decoder_loss(Decoder& lm, const LocalBatch& b,
+                        const std::vector<at::Tensor>& visual,
+                        const ProcessGroupPtr& cp) {
+  at::Tensor h = lm->embed(b.tokens);
+  h = scatter_rows(h, b.media_rows, visual[0].index_select(0, b.media_src));
+  std::vector<at::Tensor> deepstack;
+  for (size_t k = 1; k < visual.size(); ++k) {
+    deepstack.push_back(scatter_rows(at::zeros_like(h), b.media_rows,
+                                     visual[k].index_select(0, b.media_src)));
+  }
+  at::Tensor logits =
+      lm->forward(h, b.positions, deepstack, b.layout.seq_len(), cp);
+  at::Tensor loss = at::cross_entropy_loss(
+      logits.to(logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat),
+      b.labels, {}, at::Reduction::Sum, kIgnoreLabel);
+  return loss / static_cast<double>(std::max<int64_t>(1, b.label_count));
+}
+
+// Sum of every parameter gradient over the world, divided by dp (one
+// collective over a flat buffer).
+void all_reduce_gradients(const std::vector<at::Tensor>& params,
+                          const ProcessGroupPtr& world, int64_t dp) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) {
+    grads.push_back(p.grad().defined() ? p.grad().reshape(-1)
+                                       : at::zeros({p.numel()}, p.options()));
+  }
+  at::Tensor flat = at::cat(grads);
+  if (world && world->getSize() > 1) {
+    std::vector<at::Tensor> v{flat};
+    world->allreduce(v)->wait();
+  }
+  if (dp > 1) {
+    flat.div_(static_cast<double>(dp));
+  }
+  int64_t off = 0;
+  for (const auto& p : params) {
+    at::Tensor g = flat.narrow(0, off, p.numel()).view(p.sizes());
+    if (p.grad().defined()) {
+      p.mutable_grad().copy_(g);
+    } else {
+      p.mutable_grad() = g.clone();
+    }
+    off += p.numel();
+  }
+}
+
+double global_loss(const at::Tensor& local, const ProcessGroupPtr& world,
+                   int64_t dp) {
+  at::Tensor l = local.detach().to(at::kDouble).reshape({1}).cpu().clone();
+  if (world && world->getSize() > 1) {
+    std::vector<at::Tensor> v{l};
+    world->allreduce(v)->wait();
+  }
+  return l.item<double>() / static_cast<double>(dp);
+}
+
+}  // namespace
+
+StepMetrics Trainer::forward_backward(int64_t step) {
+  State& s = *state_;
+  const auto device = s.groups.device;
+  const auto start = Clock::now();
+  s.memory.reset_peak();
+  const int64_t features = s.tower.config.in_features();
+  LocalBatch b = local_batch(*this, s.config, step, s.dtype, device, features);
+  for (auto& p : s.tower.module->parameters()) {
+    p.mutable_grad() = at::Tensor();
+  }
+  s.decoder->zero_grad();
+
+  EncodeOptions eo;
+  eo.plan = s.plan;
+  eo.timeout = std::chrono::milliseconds(s.config.train.timeout_ms);
+  std::vector<at::Tensor> visual =
+      s.vision->forward(b.pixels, b.grid, s.groups.cp, eo);
+  const int64_t vision_peak = s.vision->tower_peak_bytes();
+
+  const auto lm_start = Clock::now();
+  at::Tensor loss = decoder_loss(s.decoder, b, visual, s.groups.cp);
+  loss.backward();
+  StepMetrics m;
+  m.decoder_seconds = detail::elapsed_seconds(lm_start, device);
+  s.vision->backward_gather();
+  s.vision->backward_tower();
+
+  std::vector<at::Tensor> params = s.tower.module->parameters();
+  for (const auto& p : s.decoder->parameters()) {
+    params.push_back(p);
+  }
+  all_reduce_gradients(params, s.groups.world, s.dp);
+  m.step = step;
+  m.loss = global_loss(loss, s.groups.world, s.dp);
+  m.vision_seconds = s.vision->tower_seconds();
+  m.gather_seconds = s.vision->gather_seconds();
+  m.vision_peak_bytes = vision_peak;
+  m.tower_rows = s.vision->tower_rows();
+  m.plan_path = to_string(s.vision->plan().path);
+  m.step_seconds = detail::elapsed_seconds(start, device);
+  m.peak_bytes =
+      std::max(s.vision->peak_before_tower(), s.memory.peak_bytes());
+  return m;
+}
+
+StepMetrics Trainer::step(int64_t step) {
+  const auto start = Clock::now();
+  StepMetrics m = forward_backward(step);
+  state_->optimizer->step();
+  m.step_seconds = detail::elapsed_seconds(start, state_->groups.device);
+  m.peak_bytes = std::max(m.peak_bytes, state_->memory.peak_bytes());
+  return m;
+}
+
+std::vector<StepMetrics> gather_step_metrics(
+    const StepMetrics& mine, const TrainGroups& groups) {
+  // One fixed-size record of doubles per rank; the plan path as 0/1.
+  const std::vector<double> rec = {
+      static_cast<double>(mine.step),
+      mine.loss,
+      mine.step_seconds,
+      mine.vision_seconds,
+      mine.gather_seconds,
+      mine.decoder_seconds,
+      static_cast<double>(mine.peak_bytes),
+      static_cast<double>(mine.vision_peak_bytes),
+      static_cast<double>(mine.tower_rows),
+      mine.plan_path == "sharded" ? 1.0 : 0.0};
+  at::Tensor local = at::tensor(rec, at::TensorOptions().dtype(at::kDouble));
+  const int64_t world = group_size(groups.world);
+  std::vector<at::Tensor> all;
+  if (world > 1) {
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int64_t q = 0; q < world; ++q) {
+      out[0].push_back(at::empty_like(local));
+    }
+    std::vector<at::Tensor> in{local};
+    groups.world->allgather(out, in)->wait();
+    all = out[0];
+  } else {
+    all.push_back(local);
+  }
+  std::vector<StepMetrics> result;
+  for (const auto& t : all) {
+    const double* v = t.data_ptr<double>();
+    StepMetrics m;
+    m.step = static_cast<int64_t>(v[0]);
+    m.loss = v[1];
+    m.step_seconds = v[2];
+    m.vision_seconds = v[3];
+    m.gather_seconds = v[4];
+    m.decoder_seconds = v[5];
+    m.peak_bytes = static_cast<int64_t>(v[6]);
+    m.vision_peak_bytes = static_cast<int64_t>(v[7]);
+    m.tower_rows = static_cast<int64_t>(v[8]);
+    m.plan_path = v[9] > 0.5 ? "sharded" : "replicated";
+    result.push_back(m);
+  }
+  return result;
+}
+
+}  // namespace train
+}  // namespace frameshard

@@ -1,0 +1,96 @@
+// !!! Internal header of frameshard::train, not installed. !!!
+//
+// The vision stage of a training step, timed apart from the rest:
+// frameshard::encode runs the tower through a wrapper that records the
+// tower's own time and outputs and hands encode detached copies ("leaves")
+// instead, so the gather and the tower backward can be run, and timed, as
+// separate phases after the decoder's backward:
+//   forward:   encode(wrapper) -> outputs (gathered, or the tower's own
+//              outputs on the replicated path)
+//   backward:  backward_gather(grads of outputs)  -> grads of the leaves
+//              backward_tower()                   -> tower parameter grads
+// which is one backward split at the tower's outputs. With checkpointing
+// the forward runs without saving activations and backward_tower runs the
+// tower again with grad first (activation checkpointing of the whole tower).
+// Defined in src/train/vision_stage.cpp.
+#pragma once
+
+#include <frameshard/runtime/encode.h>
+#include <frameshard/train/memory_stats.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <vector>
+
+namespace frameshard {
+namespace train {
+namespace detail {
+
+class VisionStage {
+ public:
+  VisionStage(VisionTower tower, bool checkpointing, MemoryStats* memory);
+
+  /// Runs encode; returns its outputs, detached into leaves that require
+  /// grad (the decoder's inputs). Collective over `group`.
+  std::vector<at::Tensor> forward(
+      const at::Tensor& pixel_values,
+      const at::Tensor& grid_thw,
+      const ProcessGroupPtr& group,
+      const EncodeOptions& options);
+
+  /// Gradients of forward's outputs -> gradients of the tower's outputs
+  /// (the gather's reduce-scatter on the sharded path). Collective.
+  void backward_gather();
+  /// The tower's backward (after its recomputation under checkpointing).
+  void backward_tower();
+
+  double tower_seconds() const {
+    return tower_seconds_;
+  }
+  double gather_seconds() const {
+    return gather_seconds_;
+  }
+  int64_t tower_peak_bytes() const {
+    return tower_peak_bytes_;
+  }
+  /// The step's peak bytes before the tower's window began (the window
+  /// restarts the allocator's peak; see run_tower).
+  int64_t peak_before_tower() const {
+    return peak_before_tower_;
+  }
+  int64_t tower_rows() const {
+    return tower_rows_;
+  }
+  const ShardPlan& plan() const {
+    return plan_;
+  }
+
+ private:
+  std::vector<at::Tensor> run_tower(const TowerInput& input);
+
+  VisionTower tower_;
+  bool checkpointing_;
+  MemoryStats* memory_;
+  // Per step:
+  TowerInput input_;                  // what the tower saw (recompute)
+  std::vector<at::Tensor> tower_out_; // its outputs (graph unless ckpt)
+  std::vector<at::Tensor> tower_leaf_;
+  std::vector<at::Tensor> encoded_;   // encode's outputs (graph: gather)
+  std::vector<at::Tensor> encoded_leaf_;
+  ShardPlan plan_;
+  double tower_seconds_ = 0.0;
+  double gather_seconds_ = 0.0;
+  int64_t tower_peak_bytes_ = 0;
+  int64_t peak_before_tower_ = 0;
+  int64_t tower_rows_ = 0;
+};
+
+/// Seconds since `start` after waiting for the device (CUDA kernels are
+/// asynchronous; a CPU returns at once).
+double elapsed_seconds(
+    std::chrono::steady_clock::time_point start, c10::Device device);
+
+}  // namespace detail
+}  // namespace train
+}  // namespace frameshard

@@ -1,0 +1,206 @@
+// The training job's two arms on ranks as threads: replicated and sharded
+// vision give the same losses and parameter gradients; CP=2 gives what one
+// process gives; the sharded tower sees only its share; bad groups and
+// disagreeing recipes fail on every rank.
+#include <frameshard/train/trainer.h>
+
+#include "testing/run_ranks.h"
+#include "testing/tensors.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+namespace {
+
+using testing::max_abs_diff;
+
+// A model and batch small enough for a unit test: a 1-block Qwen3-VL tower
+// with one DeepStack merger, a 2-block decoder, the "multi" preset scaled
+// down to a few hundred patch rows.
+train::TrainConfig tiny_config(int64_t cp, const std::string& dtype) {
+  train::TrainConfig c;
+  c.parallel.cp_size = cp;
+  c.parallel.frame_sharding.enabled = true;
+  c.parallel.frame_sharding.min_tokens = 0;
+  c.parallel.frame_sharding.min_frames = 0;
+  c.parallel.frame_sharding.min_local_patch_rows = 0;
+  c.model.vision_depth = 2;
+  c.model.vision_hidden = 16;
+  c.model.vision_heads = 2;
+  c.model.deepstack_layers = 1;
+  c.model.text_hidden = 16;
+  c.model.text_layers = 2;
+  c.model.text_heads = 2;
+  c.model.text_ffn = 32;
+  c.model.vocab_size = 64;
+  c.data.preset = "multi";
+  c.data.scale = 16;
+  c.data.text_tokens = 4;
+  c.train.dtype = dtype;
+  c.train.steps = 3;
+  c.train.lr = 1e-2;
+  c.train.timeout_ms = 20000;
+  return c;
+}
+
+struct ArmResult {
+  std::vector<double> losses;
+  std::map<std::string, at::Tensor> grads;  // after step 0's backward
+  std::vector<int64_t> tower_rows;          // per rank, step 0
+  std::string plan_path;
+};
+
+ArmResult run_arm(const train::TrainConfig& c, bool sharded, int world) {
+  ArmResult res;
+  res.tower_rows.resize(static_cast<size_t>(world));
+  testing::RunRanksOptions o;
+  o.timeout = std::chrono::seconds(20);
+  testing::run_ranks(
+      world,
+      [&](int rank, ProcessGroupPtr pg) {
+        train::TrainGroups g{pg, pg, c10::Device(c10::kCPU)};
+        train::Trainer t(c, g, sharded);
+        const train::StepMetrics m0 = t.forward_backward(0);
+        res.tower_rows[static_cast<size_t>(rank)] = m0.tower_rows;
+        if (rank == 0) {
+          res.plan_path = m0.plan_path;
+          for (const auto& p : t.named_parameters()) {
+            res.grads[p.first] = p.second.grad().clone();
+          }
+          res.losses.push_back(m0.loss);
+        }
+        for (int64_t s = 1; s < c.train.steps; ++s) {
+          const train::StepMetrics m = t.step(s);
+          if (rank == 0) {
+            res.losses.push_back(m.loss);
+          }
+        }
+      },
+      o);
+  return res;
+}
+
+double max_grad_diff(const ArmResult& a, const ArmResult& b) {
+  double d = 0.0;
+  for (const auto& [name, g] : a.grads) {
+    d = std::max(d, max_abs_diff(g, b.grads.at(name)));
+  }
+  return d;
+}
+
+TEST(Trainer, ShardedAndReplicatedArmsAgreeInLossesAndGradients) {
+  const auto c = tiny_config(2, "float32");
+  const ArmResult rep = run_arm(c, false, 2);
+  const ArmResult sh = run_arm(c, true, 2);
+  EXPECT_EQ(rep.plan_path, "replicated");
+  EXPECT_EQ(sh.plan_path, "sharded");
+  ASSERT_EQ(rep.losses.size(), 3u);
+  ASSERT_EQ(sh.losses.size(), 3u);
+  for (size_t s = 0; s < rep.losses.size(); ++s) {
+    EXPECT_NEAR(rep.losses[s], sh.losses[s], 1e-5) << "step " << s;
+  }
+  EXPECT_GT(rep.grads.size(), 10u);
+  EXPECT_LE(max_grad_diff(rep, sh), 1e-5);
+  // The losses move: the optimizer trains.
+  EXPECT_NE(rep.losses.front(), rep.losses.back());
+}
+
+TEST(Trainer, EachShardedRankTowerRunsOnlyItsShareOfTheRows) {
+  const auto c = tiny_config(2, "float32");
+  const ArmResult rep = run_arm(c, false, 2);
+  const ArmResult sh = run_arm(c, true, 2);
+  // Replicated: every rank runs every row; sharded: they split them.
+  EXPECT_EQ(rep.tower_rows[0], rep.tower_rows[1]);
+  EXPECT_EQ(sh.tower_rows[0] + sh.tower_rows[1], rep.tower_rows[0]);
+  EXPECT_LT(sh.tower_rows[0], rep.tower_rows[0]);
+  EXPECT_LT(sh.tower_rows[1], rep.tower_rows[0]);
+}
+
+TEST(Trainer, ContextParallelTrainingEqualsOneProcessInFloat64) {
+  // CP=2 (split sequence, attention across ranks, gathered vision) against
+  // CP=1 (everything in one process): the same losses and gradients.
+  const ArmResult one = run_arm(tiny_config(1, "float64"), true, 1);
+  const ArmResult two = run_arm(tiny_config(2, "float64"), true, 2);
+  ASSERT_EQ(one.losses.size(), two.losses.size());
+  for (size_t s = 0; s < one.losses.size(); ++s) {
+    EXPECT_NEAR(one.losses[s], two.losses[s], 1e-10) << "step " << s;
+  }
+  EXPECT_LE(max_grad_diff(one, two), 1e-10);
+}
+
+TEST(Trainer, CpSizeOneRunsReplicatedSilently) {
+  const ArmResult one = run_arm(tiny_config(1, "float32"), true, 1);
+  EXPECT_EQ(one.plan_path, "replicated");
+  EXPECT_EQ(one.losses.size(), 3u);
+}
+
+TEST(Trainer, ActivationCheckpointingChangesNoValue) {
+  auto c = tiny_config(2, "float64");
+  const ArmResult plain = run_arm(c, true, 2);
+  c.model.vision_checkpointing = true;
+  const ArmResult ckpt = run_arm(c, true, 2);
+  for (size_t s = 0; s < plain.losses.size(); ++s) {
+    EXPECT_NEAR(plain.losses[s], ckpt.losses[s], 1e-12) << "step " << s;
+  }
+  EXPECT_LE(max_grad_diff(plain, ckpt), 1e-12);
+}
+
+TEST(Trainer, MegatronVisionDpOverCpMatchesReplicated) {
+  auto c = tiny_config(2, "float32");
+  c.parallel.frame_sharding.enabled = false;
+  c.model.vision_dp_over_cp = true;
+  const ArmResult rep = run_arm(c, false, 2);
+  const ArmResult mg = run_arm(c, true, 2);
+  EXPECT_EQ(mg.plan_path, "sharded");
+  for (size_t s = 0; s < rep.losses.size(); ++s) {
+    EXPECT_NEAR(rep.losses[s], mg.losses[s], 1e-5) << "step " << s;
+  }
+  EXPECT_LE(max_grad_diff(rep, mg), 1e-5);
+}
+
+TEST(Trainer, GroupSmallerThanTheRecipeRaisesOnEveryRank) {
+  const auto c = tiny_config(3, "float32");
+  testing::RunRanksOptions o;
+  const auto outcomes = testing::run_ranks_collect(
+      2,
+      [&](int, ProcessGroupPtr pg) {
+        train::TrainGroups g{pg, pg, c10::Device(c10::kCPU)};
+        train::Trainer t(c, g, true);
+      },
+      o);
+  for (const auto& out : outcomes) {
+    ASSERT_FALSE(out.ok);
+    EXPECT_NE(out.error.find("expected a world of distributed.dp_size x "
+                             "cp_size = 1 x 3 = 3 ranks, got 2"),
+              std::string::npos)
+        << out.error;
+  }
+  EXPECT_EQ(testing::strip_rank_prefix(outcomes[0].error),
+            testing::strip_rank_prefix(outcomes[1].error));
+}
+
+TEST(Trainer, RanksWithDifferentRecipesRaiseOnEveryRank) {
+  testing::RunRanksOptions o;
+  const auto outcomes = testing::run_ranks_collect(
+      2,
+      [&](int rank, ProcessGroupPtr pg) {
+        auto c = tiny_config(2, "float32");
+        c.train.lr = rank == 0 ? 1e-2 : 2e-2;
+        train::TrainGroups g{pg, pg, c10::Device(c10::kCPU)};
+        train::Trainer t(c, g, true);
+      },
+      o);
+  for (const auto& out : outcomes) {
+    ASSERT_FALSE(out.ok);
+    EXPECT_NE(out.error.find("ranks disagree on the config fingerprint"),
+              std::string::npos)
+        << out.error;
+  }
+}
+
+}  // namespace
+}  // namespace frameshard

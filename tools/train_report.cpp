@@ -1,0 +1,263 @@
+// Progress lines, summary tables and JSON of `train` and `ab`.
+#include "train_report.h"
+
+#include <frameshard/error.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace frameshard {
+namespace cli {
+namespace {
+
+using train::StepMetrics;
+
+template <typename F>
+double max_over_ranks(const std::vector<StepMetrics>& ranks, F field) {
+  double m = 0.0;
+  for (const auto& r : ranks) {
+    m = std::max(m, static_cast<double>(field(r)));
+  }
+  return m;
+}
+
+template <typename F>
+std::vector<double> per_step_max(const ArmRecord& arm, F field) {
+  std::vector<double> v;
+  for (const auto& ranks : arm.steps) {
+    v.push_back(max_over_ranks(ranks, field));
+  }
+  return v;
+}
+
+template <typename F>
+double measured_mean(const ArmRecord& arm, F field) {
+  const auto v = per_step_max(arm, field);
+  const size_t first = v.size() >= 2 ? 1 : 0;
+  double sum = 0.0;
+  for (size_t i = first; i < v.size(); ++i) {
+    sum += v[i];
+  }
+  return v.size() > first ? sum / static_cast<double>(v.size() - first) : 0.0;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+std::string mib(int64_t bytes) {
+  return fmt("%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+std::string ratio_text(double a, double b) {
+  return b > 0 ? fmt("%.3f", a / b) : "n/a";
+}
+
+double ratio(double a, double b) {
+  return b > 0 ? a / b : 0.0;
+}
+
+}  // namespace
+
+ArmSummary summarize(const ArmRecord& arm) {
+  ArmSummary s;
+  s.measured_steps = static_cast<int64_t>(
+      arm.steps.size() >= 2 ? arm.steps.size() - 1 : arm.steps.size());
+  s.step_seconds = measured_mean(arm, [](const auto& m) { return m.step_seconds; });
+  s.vision_seconds =
+      measured_mean(arm, [](const auto& m) { return m.vision_seconds; });
+  s.gather_seconds =
+      measured_mean(arm, [](const auto& m) { return m.gather_seconds; });
+  s.decoder_seconds =
+      measured_mean(arm, [](const auto& m) { return m.decoder_seconds; });
+  for (const auto& ranks : arm.steps) {
+    s.peak_bytes_per_rank.resize(ranks.size(), 0);
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      s.peak_bytes_per_rank[r] =
+          std::max(s.peak_bytes_per_rank[r], ranks[r].peak_bytes);
+      s.peak_bytes = std::max(s.peak_bytes, ranks[r].peak_bytes);
+      s.vision_peak_bytes =
+          std::max(s.vision_peak_bytes, ranks[r].vision_peak_bytes);
+    }
+  }
+  if (!arm.steps.empty()) {
+    for (const auto& r : arm.steps.back()) {
+      s.tower_rows_per_rank.push_back(r.tower_rows);
+    }
+    s.plan_path = arm.steps.back().front().plan_path;
+  }
+  return s;
+}
+
+std::string progress_line(
+    const std::string& arm,
+    const std::vector<StepMetrics>& ranks,
+    int64_t total_steps) {
+  FRAMESHARD_CHECK(!ranks.empty(), "progress_line", "expected ranks, got none");
+  const StepMetrics& m = ranks.front();
+  constexpr int kWidth = 20;
+  const int64_t done = m.step + 1;
+  const int filled = static_cast<int>(
+      kWidth * done / std::max<int64_t>(1, total_steps));
+  std::string bar(static_cast<size_t>(kWidth + 2), '-');
+  bar.front() = '[';
+  bar.back() = ']';
+  bar.replace(1, static_cast<size_t>(filled),
+              static_cast<size_t>(filled), '#');
+  std::string peaks;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (r > 0) {
+      peaks.push_back('/');
+    }
+    peaks.append(
+        fmt("%.1f", static_cast<double>(ranks[r].peak_bytes) / 1048576.0));
+  }
+  char buf[256];
+  std::snprintf(
+      buf, sizeof(buf),
+      "%s step %lld/%lld %-10s loss %.6f  step %.3f s  vision %.3f s  "
+      "gather %.3f s  peak MiB per rank %s",
+      bar.c_str(), static_cast<long long>(done),
+      static_cast<long long>(total_steps), arm.c_str(), m.loss,
+      max_over_ranks(ranks, [](const auto& x) { return x.step_seconds; }),
+      max_over_ranks(ranks, [](const auto& x) { return x.vision_seconds; }),
+      max_over_ranks(ranks, [](const auto& x) { return x.gather_seconds; }),
+      peaks.c_str());
+  return buf;
+}
+
+void print_train_summary(std::ostream& os, const ArmRecord& arm) {
+  const ArmSummary s = summarize(arm);
+  os << "\nsummary (" << arm.name << ", vision path " << s.plan_path
+     << "; means over " << s.measured_steps
+     << " steps after the warm-up, slowest rank per step)\n";
+  os << "  step time        " << fmt("%.3f s", s.step_seconds) << "\n";
+  os << "  vision time      " << fmt("%.3f s", s.vision_seconds)
+     << "  (tower forward + backward)\n";
+  os << "  gather time      " << fmt("%.3f s", s.gather_seconds) << "\n";
+  os << "  decoder time     " << fmt("%.3f s", s.decoder_seconds) << "\n";
+  os << "  peak bytes       " << mib(s.peak_bytes) << "\n";
+  os << "  vision peak      " << mib(s.vision_peak_bytes) << "\n";
+  os << "  rank  tower rows  peak\n";
+  for (size_t r = 0; r < s.peak_bytes_per_rank.size(); ++r) {
+    char buf[128];
+    std::snprintf(buf, sizeof(buf), "  %4zu  %10lld  %s\n", r,
+                  static_cast<long long>(r < s.tower_rows_per_rank.size()
+                                             ? s.tower_rows_per_rank[r]
+                                             : 0),
+                  mib(s.peak_bytes_per_rank[r]).c_str());
+    os << buf;
+  }
+  if (!arm.steps.empty()) {
+    os << "  final loss       "
+       << fmt("%.6f", arm.steps.back().front().loss) << "\n";
+  }
+}
+
+double loss_max_abs_diff(const ArmRecord& a, const ArmRecord& b) {
+  FRAMESHARD_CHECK(
+      a.steps.size() == b.steps.size(),
+      "ab",
+      "expected both arms to run the same steps, got ",
+      a.steps.size(),
+      " and ",
+      b.steps.size());
+  double d = 0.0;
+  for (size_t s = 0; s < a.steps.size(); ++s) {
+    d = std::max(d, std::abs(a.steps[s].front().loss -
+                             b.steps[s].front().loss));
+  }
+  return d;
+}
+
+void print_ab_summary(
+    std::ostream& os, const ArmRecord& replicated, const ArmRecord& sharded) {
+  const ArmSummary r = summarize(replicated);
+  const ArmSummary s = summarize(sharded);
+  os << "\nA/B summary (means over " << s.measured_steps
+     << " steps after the warm-up, slowest rank per step; ratio = sharded / "
+        "replicated)\n";
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "  %-18s %14s %14s %8s\n", "", "replicated",
+                "sharded", "ratio");
+  os << buf;
+  auto row = [&](const char* name, const std::string& a, const std::string& b,
+                 const std::string& q) {
+    std::snprintf(buf, sizeof(buf), "  %-18s %14s %14s %8s\n", name,
+                  a.c_str(), b.c_str(), q.c_str());
+    os << buf;
+  };
+  auto secs = [](double v) { return fmt("%.3f s", v); };
+  row("vision time", secs(r.vision_seconds), secs(s.vision_seconds),
+      ratio_text(s.vision_seconds, r.vision_seconds));
+  row("step time", secs(r.step_seconds), secs(s.step_seconds),
+      ratio_text(s.step_seconds, r.step_seconds));
+  row("gather time", secs(r.gather_seconds), secs(s.gather_seconds), "");
+  row("decoder time", secs(r.decoder_seconds), secs(s.decoder_seconds), "");
+  row("peak bytes", mib(r.peak_bytes), mib(s.peak_bytes),
+      ratio_text(static_cast<double>(s.peak_bytes),
+                 static_cast<double>(r.peak_bytes)));
+  row("vision peak bytes", mib(r.vision_peak_bytes), mib(s.vision_peak_bytes),
+      ratio_text(static_cast<double>(s.vision_peak_bytes),
+                 static_cast<double>(r.vision_peak_bytes)));
+  os << "  vision path: replicated arm " << r.plan_path << ", sharded arm "
+     << s.plan_path << "\n";
+  os << "  largest per-step loss difference: "
+     << fmt("%.3g", loss_max_abs_diff(replicated, sharded)) << "\n";
+}
+
+nlohmann::json arm_json(const ArmRecord& arm) {
+  const ArmSummary s = summarize(arm);
+  nlohmann::json j;
+  j["plan_path"] = s.plan_path;
+  j["step_seconds"] =
+      per_step_max(arm, [](const auto& m) { return m.step_seconds; });
+  j["vision_seconds"] =
+      per_step_max(arm, [](const auto& m) { return m.vision_seconds; });
+  j["gather_seconds"] =
+      per_step_max(arm, [](const auto& m) { return m.gather_seconds; });
+  j["decoder_seconds"] =
+      per_step_max(arm, [](const auto& m) { return m.decoder_seconds; });
+  j["peak_bytes"] =
+      per_step_max(arm, [](const auto& m) { return m.peak_bytes; });
+  j["vision_peak_bytes"] =
+      per_step_max(arm, [](const auto& m) { return m.vision_peak_bytes; });
+  std::vector<double> losses;
+  for (const auto& ranks : arm.steps) {
+    losses.push_back(ranks.front().loss);
+  }
+  j["losses"] = losses;
+  j["peak_bytes_per_rank"] = s.peak_bytes_per_rank;
+  j["tower_rows_per_rank"] = s.tower_rows_per_rank;
+  j["mean_step_seconds"] = s.step_seconds;
+  j["mean_vision_seconds"] = s.vision_seconds;
+  j["mean_gather_seconds"] = s.gather_seconds;
+  j["max_peak_bytes"] = s.peak_bytes;
+  j["max_vision_peak_bytes"] = s.vision_peak_bytes;
+  j["measured_steps"] = s.measured_steps;
+  return j;
+}
+
+nlohmann::json ab_json(const ArmRecord& replicated, const ArmRecord& sharded) {
+  const ArmSummary r = summarize(replicated);
+  const ArmSummary s = summarize(sharded);
+  nlohmann::json j;
+  j["replicated"] = arm_json(replicated);
+  j["sharded"] = arm_json(sharded);
+  j["vision_time_ratio"] = ratio(s.vision_seconds, r.vision_seconds);
+  j["step_time_ratio"] = ratio(s.step_seconds, r.step_seconds);
+  j["gather_time_ratio"] = ratio(s.gather_seconds, r.gather_seconds);
+  j["peak_bytes_ratio"] = ratio(static_cast<double>(s.peak_bytes),
+                                static_cast<double>(r.peak_bytes));
+  j["vision_peak_bytes_ratio"] =
+      ratio(static_cast<double>(s.vision_peak_bytes),
+            static_cast<double>(r.vision_peak_bytes));
+  j["loss_max_abs_diff"] = loss_max_abs_diff(replicated, sharded);
+  return j;
+}
+
+}  // namespace cli
+}  // namespace frameshard

@@ -1,0 +1,64 @@
+// What `frameshard train` and `frameshard ab` print (rank 0): a progress
+// line per step under a progress bar, the summary table, and the --json
+// object. A step's time is the slowest rank's (the ranks wait for each
+// other in the step's collectives); averages leave out step 0, the warm-up
+// (first-touch allocations, thread pools), when there are 2 steps or more.
+#pragma once
+
+#include <frameshard/train/trainer.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+namespace cli {
+
+/// Every rank's metrics of every step of one arm: steps[s][rank].
+struct ArmRecord {
+  std::string name;  // "sharded", "replicated"
+  std::vector<std::vector<train::StepMetrics>> steps;
+};
+
+struct ArmSummary {
+  int64_t measured_steps = 0;     // steps averaged (all but the warm-up)
+  double step_seconds = 0.0;      // mean over measured steps of the max
+  double vision_seconds = 0.0;    //   over ranks
+  double gather_seconds = 0.0;
+  double decoder_seconds = 0.0;
+  int64_t peak_bytes = 0;         // max over steps and ranks
+  int64_t vision_peak_bytes = 0;  // max over steps and ranks
+  std::vector<int64_t> peak_bytes_per_rank;
+  std::vector<int64_t> tower_rows_per_rank;  // of the last step
+  std::string plan_path;                     // of the last step
+};
+
+ArmSummary summarize(const ArmRecord& arm);
+
+/// "[######----] step 4/30 sharded  loss 5.5012  step 1.21 s  vision ..."
+std::string progress_line(
+    const std::string& arm,
+    const std::vector<train::StepMetrics>& ranks,
+    int64_t total_steps);
+
+void print_train_summary(std::ostream& os, const ArmRecord& arm);
+void print_ab_summary(
+    std::ostream& os, const ArmRecord& replicated, const ArmRecord& sharded);
+
+/// Per arm: plan_path, step_seconds, vision_seconds, gather_seconds,
+/// decoder_seconds (per step, slowest rank), peak_bytes (per step, max over
+/// ranks), peak_bytes_per_rank, losses, and the summary means.
+nlohmann::json arm_json(const ArmRecord& arm);
+/// {"replicated": arm, "sharded": arm, "vision_time_ratio", "step_time_ratio",
+/// "gather_time_ratio", "peak_bytes_ratio", "vision_peak_bytes_ratio",
+/// "loss_max_abs_diff"}; ratios are sharded over replicated.
+nlohmann::json ab_json(const ArmRecord& replicated, const ArmRecord& sharded);
+
+/// Largest |loss_sharded - loss_replicated| over the steps.
+double loss_max_abs_diff(const ArmRecord& a, const ArmRecord& b);
+
+}  // namespace cli
+}  // namespace frameshard
