@@ -1,0 +1,416 @@
+// The rule table of a recipe's model, data and train sections (see
+// recipe_rules.h): typed readers from core/config_values.h, one value check
+// per field, and the writer to_yaml() uses.
+#include "train/recipe_rules.h"
+
+#include <frameshard/workload.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <utility>
+
+namespace frameshard {
+namespace train {
+namespace recipe_detail {
+namespace {
+
+using namespace config_detail;  // NOLINT: the rule table reads through them
+
+const std::vector<std::string>& model_towers() {
+  // The families frameshard::models builds (the cost presets of the same
+  // names describe their FLOPs).
+  static const std::vector<std::string> kTowers{
+      "qwen2-vl", "qwen2.5-vl", "qwen3-vl"};
+  return kTowers;
+}
+
+const std::vector<std::string>& dtypes() {
+  static const std::vector<std::string> kDtypes{
+      "float32", "float64", "bfloat16"};
+  return kDtypes;
+}
+
+std::string one_of(const std::vector<std::string>& names) {
+  return "one of " + join(names);
+}
+
+void check_choice(
+    const std::string& v,
+    const std::vector<std::string>& choices,
+    const std::string& got,
+    const std::string& path,
+    const std::string& where = "") {
+  if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
+    config_error(path, one_of(choices), got, where);
+  }
+}
+
+// Shortest decimal that reads back as exactly `v`, so to_yaml round-trips
+// without printing 0.10000000000000001.
+std::string format_double(double v) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) {
+      break;
+    }
+  }
+  return buf;
+}
+
+std::string double_expectation(double min_value, bool exclusive) {
+  return std::string("a number ") + (exclusive ? "> " : ">= ") +
+         format_double(min_value);
+}
+
+bool double_ok(double v, double min_value, bool exclusive) {
+  return std::isfinite(v) && (exclusive ? v > min_value : v >= min_value);
+}
+
+// A plain decimal or scientific number (an integer is a number too);
+// booleans, quoted text, .inf and .nan are not.
+double read_double(
+    const YAML::Node& n,
+    double min_value,
+    bool exclusive,
+    const std::string& path,
+    const Source& src) {
+  const std::string expected = double_expectation(min_value, exclusive);
+  if (!is_plain_scalar(n) || n.Scalar().empty()) {
+    config_error(path, expected, render(n), src.at(n));
+  }
+  const std::string& text = n.Scalar();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  const bool numeric =
+      text.find_first_not_of("0123456789+-.eE") == std::string::npos;
+  if (!numeric || end != text.c_str() + text.size() || errno == ERANGE ||
+      !double_ok(v, min_value, exclusive)) {
+    config_error(path, expected, render(n), src.at(n));
+  }
+  return v;
+}
+
+// A path: any scalar; null (an empty `model_dir:`) means none.
+std::string read_path(
+    const YAML::Node& n, const std::string& path, const Source& src) {
+  if (n.IsNull()) {
+    return "";
+  }
+  return read_string(n, "a path (a string)", path, src);
+}
+
+class RuleBuilder {
+ public:
+  // `field` is a generic lambda returning the member, so one accessor
+  // serves the reader (TrainConfig&), the check and the writer (const).
+  template <typename Field>
+  void add_int(std::string path, int64_t min_value, Field field) {
+    add(
+        std::move(path),
+        [=](const YAML::Node& n,
+            const std::string& p,
+            TrainConfig& c,
+            const Source& s) { field(c) = read_int(n, min_value, p, s); },
+        [=](const TrainConfig& c, const std::string& p) {
+          check_int(field(c), min_value, p);
+        },
+        [=](YAML::Emitter& out, const TrainConfig& c) { out << field(c); });
+  }
+
+  template <typename Field>
+  void add_bool(std::string path, Field field) {
+    add(
+        std::move(path),
+        [=](const YAML::Node& n,
+            const std::string& p,
+            TrainConfig& c,
+            const Source& s) { field(c) = read_bool(n, p, s); },
+        [](const TrainConfig&, const std::string&) {},
+        [=](YAML::Emitter& out, const TrainConfig& c) {
+          out << YAML::TrueFalseBool << field(c);
+        });
+  }
+
+  template <typename Field>
+  void add_double(
+      std::string path, double min_value, bool exclusive, Field field) {
+    add(
+        std::move(path),
+        [=](const YAML::Node& n,
+            const std::string& p,
+            TrainConfig& c,
+            const Source& s) {
+          field(c) = read_double(n, min_value, exclusive, p, s);
+        },
+        [=](const TrainConfig& c, const std::string& p) {
+          if (!double_ok(field(c), min_value, exclusive)) {
+            config_error(
+                p,
+                double_expectation(min_value, exclusive),
+                format_double(field(c)));
+          }
+        },
+        [=](YAML::Emitter& out, const TrainConfig& c) {
+          out << format_double(field(c));
+        });
+  }
+
+  template <typename Field>
+  void add_choice(
+      std::string path, std::vector<std::string> choices, Field field) {
+    add(
+        std::move(path),
+        [=](const YAML::Node& n,
+            const std::string& p,
+            TrainConfig& c,
+            const Source& s) {
+          const std::string v = read_string(n, one_of(choices), p, s);
+          check_choice(v, choices, render(n), p, s.at(n));
+          field(c) = v;
+        },
+        [=](const TrainConfig& c, const std::string& p) {
+          check_choice(field(c), choices, quote(field(c)), p);
+        },
+        [=](YAML::Emitter& out, const TrainConfig& c) { out << field(c); });
+  }
+
+  template <typename Field>
+  void add_path(std::string path, Field field) {
+    add(
+        std::move(path),
+        [=](const YAML::Node& n,
+            const std::string& p,
+            TrainConfig& c,
+            const Source& s) { field(c) = read_path(n, p, s); },
+        [](const TrainConfig&, const std::string&) {},
+        [=](YAML::Emitter& out, const TrainConfig& c) { out << field(c); });
+  }
+
+  std::vector<RecipeRule> take() {
+    return std::move(rules_);
+  }
+
+ private:
+  template <typename Read, typename Check, typename Emit>
+  void add(std::string path, Read read, Check check, Emit emit) {
+    rules_.push_back(RecipeRule{std::move(path), read, check, emit});
+  }
+
+  std::vector<RecipeRule> rules_;
+};
+
+void add_model_rules(RuleBuilder& b) {
+  b.add_choice(
+      "model.tower", model_towers(), [](auto& c) -> auto& {
+        return c.model.tower;
+      });
+  b.add_path(
+      "model.model_dir", [](auto& c) -> auto& { return c.model.model_dir; });
+  b.add_int(
+      "model.vision_depth", 1, [](auto& c) -> auto& {
+        return c.model.vision_depth;
+      });
+  b.add_int(
+      "model.vision_hidden", 1, [](auto& c) -> auto& {
+        return c.model.vision_hidden;
+      });
+  b.add_int(
+      "model.vision_heads", 1, [](auto& c) -> auto& {
+        return c.model.vision_heads;
+      });
+  b.add_int(
+      "model.deepstack_layers", 0, [](auto& c) -> auto& {
+        return c.model.deepstack_layers;
+      });
+  b.add_int(
+      "model.text_hidden", 1, [](auto& c) -> auto& {
+        return c.model.text_hidden;
+      });
+  b.add_int(
+      "model.text_layers", 1, [](auto& c) -> auto& {
+        return c.model.text_layers;
+      });
+  b.add_int(
+      "model.text_heads", 1, [](auto& c) -> auto& {
+        return c.model.text_heads;
+      });
+  b.add_int(
+      "model.text_ffn", 1, [](auto& c) -> auto& { return c.model.text_ffn; });
+  // Token ids 0 and 1 are padding and media: at least one text id remains.
+  b.add_int(
+      "model.vocab_size", 3, [](auto& c) -> auto& {
+        return c.model.vocab_size;
+      });
+  b.add_bool(
+      "model.vision_dp_over_cp",
+      [](auto& c) -> auto& { return c.model.vision_dp_over_cp; });
+  b.add_bool(
+      "model.vision_checkpointing",
+      [](auto& c) -> auto& { return c.model.vision_checkpointing; });
+}
+
+void add_data_rules(RuleBuilder& b) {
+  b.add_choice(
+      "data.preset", workload_preset_names(), [](auto& c) -> auto& {
+        return c.data.preset;
+      });
+  b.add_path(
+      "data.manifest", [](auto& c) -> auto& { return c.data.manifest; });
+  b.add_int(
+      "data.scale", 1, [](auto& c) -> auto& { return c.data.scale; });
+  // At least one text token per run, so every synthetic batch has a label.
+  b.add_int(
+      "data.text_tokens", 1, [](auto& c) -> auto& {
+        return c.data.text_tokens;
+      });
+  b.add_int(
+      "data.samples_per_step", 1, [](auto& c) -> auto& {
+        return c.data.samples_per_step;
+      });
+  b.add_int(
+      "data.seed", 0, [](auto& c) -> auto& { return c.data.seed; });
+}
+
+void add_train_rules(RuleBuilder& b) {
+  b.add_int(
+      "train.steps", 1, [](auto& c) -> auto& { return c.train.steps; });
+  b.add_double(
+      "train.lr", 0.0, true, [](auto& c) -> auto& { return c.train.lr; });
+  b.add_double(
+      "train.weight_decay", 0.0, false, [](auto& c) -> auto& {
+        return c.train.weight_decay;
+      });
+  b.add_choice(
+      "train.dtype", dtypes(), [](auto& c) -> auto& { return c.train.dtype; });
+  b.add_int(
+      "train.seed", 0, [](auto& c) -> auto& { return c.train.seed; });
+  b.add_int(
+      "train.timeout_ms", 1, [](auto& c) -> auto& {
+        return c.train.timeout_ms;
+      });
+}
+
+std::vector<RecipeRule> build_rules() {
+  RuleBuilder b;
+  add_model_rules(b);
+  add_data_rules(b);
+  add_train_rules(b);
+  return b.take();
+}
+
+}  // namespace
+
+const std::vector<std::string>& recipe_sections() {
+  static const std::vector<std::string> kSections{"model", "data", "train"};
+  return kSections;
+}
+
+const std::vector<RecipeRule>& recipe_rules() {
+  static const std::vector<RecipeRule> kRules = build_rules();
+  return kRules;
+}
+
+const RecipeRule* find_rule(const std::string& path) {
+  for (const RecipeRule& r : recipe_rules()) {
+    if (r.path == path) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::string> section_keys(const std::string& section) {
+  std::vector<std::string> keys;
+  const std::string prefix = section + ".";
+  for (const RecipeRule& r : recipe_rules()) {
+    if (r.path.compare(0, prefix.size(), prefix) == 0) {
+      keys.push_back(r.path.substr(prefix.size()));
+    }
+  }
+  return keys;
+}
+
+void apply_section(
+    const YAML::Node& node,
+    const std::string& section,
+    TrainConfig& config,
+    const Source& src) {
+  if (node.IsNull()) {
+    return;  // an empty section keeps its defaults
+  }
+  if (!node.IsMap()) {
+    config_error(section, "a mapping", render(node), src.at(node));
+  }
+  // The same document rules as frameshard/config.h's sections.
+  std::set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string where = src.at(it->first);
+    if (!it->first.IsScalar()) {
+      config_error(section, "scalar keys", "key " + render(it->first), where);
+    }
+    const std::string key = it->first.Scalar();
+    const std::string child = section + "." + key;
+    if (key.find('.') != std::string::npos) {
+      config_error(
+          child,
+          "a plain key (nest the sections instead of dotting them)",
+          "key " + key,
+          where);
+    }
+    if (!seen.insert(key).second) {
+      config_error(child, "each key once", "a duplicate key", where);
+    }
+    const RecipeRule* rule = find_rule(child);
+    if (rule == nullptr) {
+      config_error(
+          child,
+          "a known key under " + section + " (" + join(section_keys(section)) +
+              ")",
+          "unknown key " + key,
+          where);
+    }
+    rule->read(it->second, child, config, src);
+  }
+}
+
+void check_cross_fields(const TrainConfig& config) {
+  const ModelConfig& m = config.model;
+  // Qwen vision blocks rotate each head in 2-D (h and w halves), so a head
+  // size must split in four (frameshard::models checks it again).
+  if (m.vision_hidden % m.vision_heads != 0 ||
+      (m.vision_hidden / m.vision_heads) % 4 != 0) {
+    config_error(
+        "model.vision_heads",
+        "a divisor of model.vision_hidden (" + std::to_string(m.vision_hidden) +
+            ") leaving a head size divisible by 4 (2-D rotary)",
+        std::to_string(m.vision_heads));
+  }
+  // The decoder's rotary embedding pairs channels: an even head size.
+  if (m.text_hidden % m.text_heads != 0 ||
+      (m.text_hidden / m.text_heads) % 2 != 0) {
+    config_error(
+        "model.text_heads",
+        "a divisor of model.text_hidden (" + std::to_string(m.text_hidden) +
+            ") leaving an even head size (rotary)",
+        std::to_string(m.text_heads));
+  }
+  // DeepStack mergers tap distinct tower layers (qwen3-vl; the other
+  // families have none and ignore the field).
+  if (m.tower == "qwen3-vl" && m.deepstack_layers > m.vision_depth) {
+    config_error(
+        "model.deepstack_layers",
+        "at most model.vision_depth (" + std::to_string(m.vision_depth) +
+            ") for qwen3-vl",
+        std::to_string(m.deepstack_layers));
+  }
+}
+
+}  // namespace recipe_detail
+}  // namespace train
+}  // namespace frameshard
