@@ -6,6 +6,7 @@
 #include <frameshard/train/ab_plot.h>
 
 #include <frameshard/error.h>
+#include <frameshard/xml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,32 +22,6 @@ constexpr double kHeight = 430;
 constexpr const char* kColors[] = {
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
 constexpr std::size_t kColorCount = sizeof(kColors) / sizeof(kColors[0]);
-
-std::string escape_xml(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
 
 std::string num(double v) {
   char buf[32];
@@ -146,10 +121,10 @@ void draw_axes(std::ostringstream& os, const Panel& p) {
      << "\" text-anchor=\"middle\">step</text>\n"
      << "<text x=\"" << num(p.x0 - 50) << "\" y=\"" << num(mid_y)
      << "\" text-anchor=\"middle\" transform=\"rotate(-90 " << num(p.x0 - 50)
-     << " " << num(mid_y) << ")\">" << escape_xml(p.title) << "</text>\n"
+     << " " << num(mid_y) << ")\">" << xml_escape(p.title) << "</text>\n"
      << "<text x=\"" << num((p.x0 + p.x1) / 2) << "\" y=\"" << num(p.y0 - 8)
      << "\" text-anchor=\"middle\" font-weight=\"bold\">"
-     << escape_xml(p.heading) << "</text>\n";
+     << xml_escape(p.heading) << "</text>\n";
 }
 
 // One polyline per run of finite values, plus a dot per point when few.
@@ -242,7 +217,7 @@ void draw_legend(
        << kColors[i % kColorCount] << "\" stroke-width=\"2\""
        << (i == 0 ? "" : " stroke-dasharray=\"6 4\"") << "/>\n"
        << "<text x=\"" << num(x + 30) << "\" y=\"" << num(y + 4) << "\">"
-       << escape_xml(series[i].name) << "</text>\n";
+       << xml_escape(series[i].name) << "</text>\n";
     x += 30 + 7.0 * static_cast<double>(series[i].name.size()) + 24;
   }
   os << "</g>\n";
@@ -295,13 +270,13 @@ std::string ab_plot_svg(
      << " " << kHeight
      << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" "
         "font-size=\"12\">\n"
-     << "<title>" << escape_xml(title) << "</title>\n"
+     << "<title>" << xml_escape(title) << "</title>\n"
      << "<rect width=\"" << kWidth << "\" height=\"" << kHeight
      << "\" fill=\"#ffffff\"/>\n"
      << "<text x=\"" << num(kWidth / 2)
      << "\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" "
         "font-weight=\"bold\">"
-     << escape_xml(title) << "</text>\n";
+     << xml_escape(title) << "</text>\n";
   draw_legend(os, series);
   const double top = 100;
   const double bottom = kHeight - 56;

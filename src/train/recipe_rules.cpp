@@ -110,7 +110,7 @@ class RuleBuilder {
   // `field` is a generic lambda returning the member, so one accessor
   // serves the reader (TrainConfig&), the check and the writer (const).
   template <typename Field>
-  void add_int(std::string path, int64_t min_value, Field field) {
+  void add_int(std::string path, Field field, int64_t min_value) {
     add(
         std::move(path),
         [=](const YAML::Node& n,
@@ -139,7 +139,7 @@ class RuleBuilder {
 
   template <typename Field>
   void add_double(
-      std::string path, double min_value, bool exclusive, Field field) {
+      std::string path, Field field, double min_value, bool exclusive) {
     add(
         std::move(path),
         [=](const YAML::Node& n,
@@ -163,7 +163,7 @@ class RuleBuilder {
 
   template <typename Field>
   void add_choice(
-      std::string path, std::vector<std::string> choices, Field field) {
+      std::string path, Field field, std::vector<std::string> choices) {
     add(
         std::move(path),
         [=](const YAML::Node& n,
@@ -205,96 +205,50 @@ class RuleBuilder {
   std::vector<RecipeRule> rules_;
 };
 
+// The key "section.name" and an accessor of that member (the sections are
+// TrainConfig's members), so a key and the field it fills cannot disagree.
+// clang-format off
+#define FRAMESHARD_RECIPE_FIELD(section, name) \
+  #section "." #name, [](auto& c) -> auto& { return c.section.name; }
+// clang-format on
+
 void add_model_rules(RuleBuilder& b) {
-  b.add_choice(
-      "model.tower", model_towers(), [](auto& c) -> auto& {
-        return c.model.tower;
-      });
-  b.add_path(
-      "model.model_dir", [](auto& c) -> auto& { return c.model.model_dir; });
-  b.add_int(
-      "model.vision_depth", 1, [](auto& c) -> auto& {
-        return c.model.vision_depth;
-      });
-  b.add_int(
-      "model.vision_hidden", 1, [](auto& c) -> auto& {
-        return c.model.vision_hidden;
-      });
-  b.add_int(
-      "model.vision_heads", 1, [](auto& c) -> auto& {
-        return c.model.vision_heads;
-      });
-  b.add_int(
-      "model.deepstack_layers", 0, [](auto& c) -> auto& {
-        return c.model.deepstack_layers;
-      });
-  b.add_int(
-      "model.text_hidden", 1, [](auto& c) -> auto& {
-        return c.model.text_hidden;
-      });
-  b.add_int(
-      "model.text_layers", 1, [](auto& c) -> auto& {
-        return c.model.text_layers;
-      });
-  b.add_int(
-      "model.text_heads", 1, [](auto& c) -> auto& {
-        return c.model.text_heads;
-      });
-  b.add_int(
-      "model.text_ffn", 1, [](auto& c) -> auto& { return c.model.text_ffn; });
+  b.add_choice(FRAMESHARD_RECIPE_FIELD(model, tower), model_towers());
+  b.add_path(FRAMESHARD_RECIPE_FIELD(model, model_dir));
+  b.add_int(FRAMESHARD_RECIPE_FIELD(model, vision_depth), 1);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(model, vision_hidden), 1);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(model, vision_heads), 1);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(model, deepstack_layers), 0);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(model, text_hidden), 1);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(model, text_layers), 1);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(model, text_heads), 1);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(model, text_ffn), 1);
   // Token ids 0 and 1 are padding and media: at least one text id remains.
-  b.add_int(
-      "model.vocab_size", 3, [](auto& c) -> auto& {
-        return c.model.vocab_size;
-      });
-  b.add_bool(
-      "model.vision_dp_over_cp",
-      [](auto& c) -> auto& { return c.model.vision_dp_over_cp; });
-  b.add_bool(
-      "model.vision_checkpointing",
-      [](auto& c) -> auto& { return c.model.vision_checkpointing; });
+  b.add_int(FRAMESHARD_RECIPE_FIELD(model, vocab_size), 3);
+  b.add_bool(FRAMESHARD_RECIPE_FIELD(model, vision_dp_over_cp));
+  b.add_bool(FRAMESHARD_RECIPE_FIELD(model, vision_checkpointing));
 }
 
 void add_data_rules(RuleBuilder& b) {
-  b.add_choice(
-      "data.preset", workload_preset_names(), [](auto& c) -> auto& {
-        return c.data.preset;
-      });
-  b.add_path(
-      "data.manifest", [](auto& c) -> auto& { return c.data.manifest; });
-  b.add_int(
-      "data.scale", 1, [](auto& c) -> auto& { return c.data.scale; });
+  b.add_choice(FRAMESHARD_RECIPE_FIELD(data, preset), workload_preset_names());
+  b.add_path(FRAMESHARD_RECIPE_FIELD(data, manifest));
+  b.add_int(FRAMESHARD_RECIPE_FIELD(data, scale), 1);
   // At least one text token per run, so every synthetic batch has a label.
-  b.add_int(
-      "data.text_tokens", 1, [](auto& c) -> auto& {
-        return c.data.text_tokens;
-      });
-  b.add_int(
-      "data.samples_per_step", 1, [](auto& c) -> auto& {
-        return c.data.samples_per_step;
-      });
-  b.add_int(
-      "data.seed", 0, [](auto& c) -> auto& { return c.data.seed; });
+  b.add_int(FRAMESHARD_RECIPE_FIELD(data, text_tokens), 1);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(data, samples_per_step), 1);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(data, seed), 0);
 }
 
 void add_train_rules(RuleBuilder& b) {
-  b.add_int(
-      "train.steps", 1, [](auto& c) -> auto& { return c.train.steps; });
-  b.add_double(
-      "train.lr", 0.0, true, [](auto& c) -> auto& { return c.train.lr; });
-  b.add_double(
-      "train.weight_decay", 0.0, false, [](auto& c) -> auto& {
-        return c.train.weight_decay;
-      });
-  b.add_choice(
-      "train.dtype", dtypes(), [](auto& c) -> auto& { return c.train.dtype; });
-  b.add_int(
-      "train.seed", 0, [](auto& c) -> auto& { return c.train.seed; });
-  b.add_int(
-      "train.timeout_ms", 1, [](auto& c) -> auto& {
-        return c.train.timeout_ms;
-      });
+  b.add_int(FRAMESHARD_RECIPE_FIELD(train, steps), 1);
+  b.add_double(FRAMESHARD_RECIPE_FIELD(train, lr), 0.0, true);
+  b.add_double(FRAMESHARD_RECIPE_FIELD(train, weight_decay), 0.0, false);
+  b.add_choice(FRAMESHARD_RECIPE_FIELD(train, dtype), dtypes());
+  b.add_int(FRAMESHARD_RECIPE_FIELD(train, seed), 0);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(train, timeout_ms), 1);
 }
+
+#undef FRAMESHARD_RECIPE_FIELD
 
 std::vector<RecipeRule> build_rules() {
   RuleBuilder b;
