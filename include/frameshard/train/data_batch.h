@@ -26,8 +26,8 @@
 //     (scale 1 replays them as given). Errors name the file, line, field,
 //     expected and actual value:
 //       frameshard::train::load_manifest: shapes.jsonl:3: grid_thw[1]:
-//       expected [t, h, w] with t >= 1 and h and w positive multiples of 2,
-//       got [1, 27, 28]
+//       expected [t, h, w] with t >= 1 and h and w positive multiples of 2
+//       (each at most 1048576), got [1, 27, 28]
 //
 // Layout rules: a medium of grid (t, h, w) takes t*h*w/merge^2 positions
 // whose token id is kMediaToken; text ids are drawn from [kFirstTextToken,
