@@ -149,12 +149,11 @@ void draw_series(
       flush();
       continue;
     }
-    points += (points.empty() ? "" : " ") +
-              num(p.px(static_cast<double>(i + 1))) + "," +
-              num(p.py(values[i]));
+    const std::string x = num(p.px(static_cast<double>(i + 1)));
+    const std::string y = num(p.py(values[i]));
+    points.append(points.empty() ? "" : " ").append(x).append(",").append(y);
     if (values.size() <= 60) {
-      os << "<circle cx=\"" << num(p.px(static_cast<double>(i + 1)))
-         << "\" cy=\"" << num(p.py(values[i])) << "\" r=\"2.5\" fill=\""
+      os << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"2.5\" fill=\""
          << color << "\"/>\n";
     }
   }
