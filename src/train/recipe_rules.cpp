@@ -105,36 +105,31 @@ std::string read_path(
   return read_string(n, "a path (a string)", path, src);
 }
 
+// Builds the rules from typed pieces: read(node, path, source) -> value,
+// check(value, path) and emit(emitter, value). `field` is a generic lambda
+// returning the member, so one accessor serves the reader (TrainConfig&),
+// the check and the writer (const TrainConfig&).
 class RuleBuilder {
  public:
-  // `field` is a generic lambda returning the member, so one accessor
-  // serves the reader (TrainConfig&), the check and the writer (const).
   template <typename Field>
   void add_int(std::string path, Field field, int64_t min_value) {
     add(
         std::move(path),
-        [=](const YAML::Node& n,
-            const std::string& p,
-            TrainConfig& c,
-            const Source& s) { field(c) = read_int(n, min_value, p, s); },
-        [=](const TrainConfig& c, const std::string& p) {
-          check_int(field(c), min_value, p);
+        field,
+        [=](const YAML::Node& n, const std::string& p, const Source& s) {
+          return read_int(n, min_value, p, s);
         },
-        [=](YAML::Emitter& out, const TrainConfig& c) { out << field(c); });
+        [=](int64_t v, const std::string& p) { check_int(v, min_value, p); });
   }
 
   template <typename Field>
   void add_bool(std::string path, Field field) {
     add(
         std::move(path),
-        [=](const YAML::Node& n,
-            const std::string& p,
-            TrainConfig& c,
-            const Source& s) { field(c) = read_bool(n, p, s); },
-        [](const TrainConfig&, const std::string&) {},
-        [=](YAML::Emitter& out, const TrainConfig& c) {
-          out << YAML::TrueFalseBool << field(c);
-        });
+        field,
+        read_bool,
+        [](bool, const std::string&) {},
+        [](YAML::Emitter& out, bool v) { out << YAML::TrueFalseBool << v; });
   }
 
   template <typename Field>
@@ -142,23 +137,17 @@ class RuleBuilder {
       std::string path, Field field, double min_value, bool exclusive) {
     add(
         std::move(path),
-        [=](const YAML::Node& n,
-            const std::string& p,
-            TrainConfig& c,
-            const Source& s) {
-          field(c) = read_double(n, min_value, exclusive, p, s);
+        field,
+        [=](const YAML::Node& n, const std::string& p, const Source& s) {
+          return read_double(n, min_value, exclusive, p, s);
         },
-        [=](const TrainConfig& c, const std::string& p) {
-          if (!double_ok(field(c), min_value, exclusive)) {
+        [=](double v, const std::string& p) {
+          if (!double_ok(v, min_value, exclusive)) {
             config_error(
-                p,
-                double_expectation(min_value, exclusive),
-                format_double(field(c)));
+                p, double_expectation(min_value, exclusive), format_double(v));
           }
         },
-        [=](YAML::Emitter& out, const TrainConfig& c) {
-          out << format_double(field(c));
-        });
+        [](YAML::Emitter& out, double v) { out << format_double(v); });
   }
 
   template <typename Field>
@@ -166,30 +155,23 @@ class RuleBuilder {
       std::string path, Field field, std::vector<std::string> choices) {
     add(
         std::move(path),
-        [=](const YAML::Node& n,
-            const std::string& p,
-            TrainConfig& c,
-            const Source& s) {
+        field,
+        [=](const YAML::Node& n, const std::string& p, const Source& s) {
           const std::string v = read_string(n, one_of(choices), p, s);
           check_choice(v, choices, render(n), p, s.at(n));
-          field(c) = v;
+          return v;
         },
-        [=](const TrainConfig& c, const std::string& p) {
-          check_choice(field(c), choices, quote(field(c)), p);
-        },
-        [=](YAML::Emitter& out, const TrainConfig& c) { out << field(c); });
+        [=](const std::string& v, const std::string& p) {
+          check_choice(v, choices, quote(v), p);
+        });
   }
 
   template <typename Field>
   void add_path(std::string path, Field field) {
-    add(
-        std::move(path),
-        [=](const YAML::Node& n,
-            const std::string& p,
-            TrainConfig& c,
-            const Source& s) { field(c) = read_path(n, p, s); },
-        [](const TrainConfig&, const std::string&) {},
-        [=](YAML::Emitter& out, const TrainConfig& c) { out << field(c); });
+    add(std::move(path),
+        field,
+        read_path,
+        [](const std::string&, const std::string&) {});
   }
 
   std::vector<RecipeRule> take() {
@@ -197,16 +179,32 @@ class RuleBuilder {
   }
 
  private:
-  template <typename Read, typename Check, typename Emit>
-  void add(std::string path, Read read, Check check, Emit emit) {
-    rules_.push_back(RecipeRule{std::move(path), read, check, emit});
+  template <typename Field, typename Read, typename Check>
+  void add(std::string path, Field field, Read read, Check check) {
+    add(std::move(path),
+        field,
+        read,
+        check,
+        [](YAML::Emitter& out, const auto& v) { out << v; });
+  }
+
+  template <typename Field, typename Read, typename Check, typename Emit>
+  void add(std::string path, Field field, Read read, Check check, Emit emit) {
+    rules_.push_back(RecipeRule{
+        std::move(path),
+        [=](const YAML::Node& n,
+            const std::string& p,
+            TrainConfig& c,
+            const Source& s) { field(c) = read(n, p, s); },
+        [=](const TrainConfig& c, const std::string& p) { check(field(c), p); },
+        [=](YAML::Emitter& out, const TrainConfig& c) {
+          emit(out, field(c));
+        }});
   }
 
   std::vector<RecipeRule> rules_;
 };
 
-// The key "section.name" and an accessor of that member (the sections are
-// TrainConfig's members), so a key and the field it fills cannot disagree.
 // clang-format off
 #define FRAMESHARD_RECIPE_FIELD(section, name) \
   #section "." #name, [](auto& c) -> auto& { return c.section.name; }

@@ -331,6 +331,11 @@ TEST(Recipe, ValidateChecksValuesSetFromCode) {
       "model.tower: expected one of qwen2-vl, qwen2.5-vl, qwen3-vl, got "
       "\"qwen4\"");
   c = TrainConfig{};
+  c.model.text_layers = 0;
+  expect_contains(
+      error_of([&] { validate(c); }),
+      "model.text_layers: expected a positive integer, got 0");
+  c = TrainConfig{};
   c.parallel.cp_size = 0;
   expect_contains(error_of([&] { validate(c); }), "distributed.cp_size");
   EXPECT_NO_THROW(validate(TrainConfig{}));
