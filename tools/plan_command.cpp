@@ -8,6 +8,7 @@
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>
 #include <frameshard/workload.h>
+#include <frameshard/xml.h>
 
 #include <nlohmann/json.hpp>
 
@@ -89,29 +90,6 @@ std::string pad_left(const std::string& s, std::size_t width) {
 
 std::string pad_right(const std::string& s, std::size_t width) {
   return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
 }
 
 std::vector<Candidate> compare_partitioners(const ShardPlan& plan) {

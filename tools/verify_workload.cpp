@@ -20,23 +20,6 @@ Workload builtin_workload() {
   return wl;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-// Scales every frame's h and w down by `s`, keeping them positive multiples
-// of the merge size: h -> merge * ceil(h / merge / s). t is unchanged, so the
-// frame units, their order and the media structure stay the same.
-Workload scale_workload(const Workload& wl, int64_t s) {
-  Workload out = wl;
-  const int64_t m = wl.layout.spatial_merge_size;
-  for (auto& g : out.grid) {
-    g.h = m * ceil_div(g.h / m, s);
-    g.w = m * ceil_div(g.w / m, s);
-  }
-  return out;
-}
-
 struct Sizes {
   int64_t max_frame = 0;
   int64_t total = 0;

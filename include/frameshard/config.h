@@ -67,6 +67,15 @@ struct Config {
 
 /// Parses YAML text; `source` names it in errors (a file name).
 Config parse_config(const std::string& yaml, const std::string& source = "");
+/// Parses the `distributed` section of a document that has other top-level
+/// sections too (a training recipe's model, data, train): the keys in
+/// `other_sections` are skipped here, for their owner to parse, and listed
+/// among the known keys when an unknown top-level key is rejected. Errors
+/// are worded exactly as parse_config's.
+Config parse_config(
+    const std::string& yaml,
+    const std::string& source,
+    const std::vector<std::string>& other_sections);
 /// Reads and parses a YAML file; a missing or unreadable file is an error.
 Config load_config(const std::string& path);
 /// Applies one dotted override, e.g.

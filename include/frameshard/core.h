@@ -20,3 +20,4 @@
 #include <frameshard/policy.h>
 #include <frameshard/splitmix64.h>
 #include <frameshard/workload.h>
+#include <frameshard/xml.h>

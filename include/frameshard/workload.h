@@ -23,6 +23,7 @@
 //   auto wl = frameshard::preset_workload("mixed", 7);
 //   auto wl2 = frameshard::load_workload("batch.json");
 //   auto plan = frameshard::make_plan(wl.grid, opts);
+//   auto small = frameshard::scale_workload(wl, 8);  // h, w about 1/8
 //
 // Pure functions, thread-safe.
 #pragma once
@@ -51,5 +52,12 @@ Workload parse_workload(
 Workload load_workload(const std::string& path);
 /// JSON text of a workload (round-trips through parse_workload).
 std::string to_json(const Workload& workload);
+
+/// Scales every frame's h and w down by `scale` (>= 1), keeping them positive
+/// multiples of the merge size: h -> merge * ceil(ceil(h / merge) / scale)
+/// (for a valid grid, ceil(h / merge) is h / merge). t is unchanged, so the
+/// frame units, their order and the media structure stay the same; a preset
+/// becomes small enough for a CPU. Throws frameshard::Error for scale < 1.
+Workload scale_workload(const Workload& workload, int64_t scale);
 
 }  // namespace frameshard

@@ -189,11 +189,13 @@ class Schema {
     return out;
   }
 
-  // Throws for a key that is not in the schema under mapping `parent`.
+  // Throws for a key that is not in the schema under mapping `parent`;
+  // `other_sections` are the top-level keys another parser owns.
   [[noreturn]] void unknown_key(
       const std::string& parent,
       const std::string& key,
-      const std::string& where) const {
+      const std::string& where,
+      const std::vector<std::string>& other_sections = {}) const {
     const std::string path = parent.empty() ? key : parent + "." + key;
     if (path == "distributed.cp_vision_frame_sharding") {
       config_error(
@@ -204,20 +206,27 @@ class Schema {
           "the flat legacy key cp_vision_frame_sharding",
           where);
     }
+    std::vector<std::string> known = children(parent);
+    if (parent.empty()) {
+      known.insert(known.end(), other_sections.begin(), other_sections.end());
+    }
     config_error(
         path,
         "a known key under " + (parent.empty() ? "the top level" : parent) +
-            " (" + join(children(parent)) + ")",
+            " (" + join(known) + ")",
         "unknown key " + key,
         where);
   }
 
-  // Applies `node` at `path` (a leaf or a mapping) to `config`.
+  // Applies `node` at `path` (a leaf or a mapping) to `config`. At the top
+  // level, the keys in `other_sections` are checked like ours (scalar, plain,
+  // once) and then skipped.
   void apply(
       const YAML::Node& node,
       const std::string& path,
       Config& config,
-      const Source& src) const {
+      const Source& src,
+      const std::vector<std::string>& other_sections = {}) const {
     if (const Rule* r = rule(path)) {
       r->read(node, path, config, src);
       return;
@@ -250,8 +259,13 @@ class Schema {
         config_error(
             child, "each key once", "a duplicate key", src.at(it->first));
       }
+      if (path.empty() &&
+          std::find(other_sections.begin(), other_sections.end(), key) !=
+              other_sections.end()) {
+        continue;
+      }
       if (!rule(child) && !is_map(child)) {
-        unknown_key(path, key, src.at(it->first));
+        unknown_key(path, key, src.at(it->first), other_sections);
       }
       apply(it->second, child, config, src);
     }
@@ -270,6 +284,13 @@ const Schema& schema() {
 }  // namespace
 
 Config parse_config(const std::string& yaml, const std::string& source) {
+  return parse_config(yaml, source, {});
+}
+
+Config parse_config(
+    const std::string& yaml,
+    const std::string& source,
+    const std::vector<std::string>& other_sections) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml);
@@ -285,7 +306,7 @@ Config parse_config(const std::string& yaml, const std::string& source) {
         e.msg);
   }
   Config config;
-  schema().apply(root, "", config, Source{source});
+  schema().apply(root, "", config, Source{source}, other_sections);
   validate(config);
   return config;
 }

@@ -31,6 +31,16 @@ struct Source {
 
 std::string quote(const std::string& s);
 
+// A scalar written without quotes or an explicit tag: only those are read
+// as integers, numbers or bools (a quoted "96" is a string).
+bool is_plain_scalar(const YAML::Node& n);
+
+// true/True/TRUE or false/False/FALSE (YAML 1.2 core schema).
+bool is_yaml_bool(const std::string& s, bool* value);
+
+// "a non-negative integer", "a positive integer", "an integer >= 3".
+std::string int_expectation(int64_t min_value);
+
 std::string render(const YAML::Node& n);
 
 std::string join(const std::vector<std::string>& items);

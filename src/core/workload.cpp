@@ -400,4 +400,22 @@ std::string to_json(const Workload& workload) {
   return os.str();
 }
 
+Workload scale_workload(const Workload& workload, int64_t scale) {
+  FRAMESHARD_CHECK(
+      scale >= 1, "scale_workload", "expected a scale >= 1, got ", scale);
+  const int64_t m = workload.layout.spatial_merge_size;
+  FRAMESHARD_CHECK(
+      m >= 1,
+      "scale_workload",
+      "expected a positive spatial_merge_size, got ",
+      m);
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  Workload out = workload;
+  for (GridThw& g : out.grid) {
+    g.h = m * ceil_div(ceil_div(g.h, m), scale);
+    g.w = m * ceil_div(ceil_div(g.w, m), scale);
+  }
+  return out;
+}
+
 }  // namespace frameshard

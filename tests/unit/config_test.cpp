@@ -267,6 +267,30 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
   expect_contains(msg, "(vision)");
 }
 
+TEST(Config, OtherSectionsAreSkippedAndListedAmongTheKnownKeys) {
+  const std::string doc =
+      "model: {anything: [1, 2]}\n"
+      "distributed:\n  cp_size: 4\n"
+      "data: 3\n";
+  const Config c = parse_config(doc, "recipe.yaml", {"model", "data"});
+  EXPECT_EQ(c.cp_size, 4);
+  // Without them the keys are unknown, as before.
+  expect_contains(
+      error_of([&] { parse_config(doc, "recipe.yaml"); }),
+      "model: expected a known key under the top level (distributed)");
+  const std::string msg = error_of([&] {
+    parse_config("optim: {}\n", "recipe.yaml", {"model", "data"});
+  });
+  expect_contains(
+      msg,
+      "frameshard::config: optim: expected a known key under the top level "
+      "(distributed, model, data), got unknown key optim (in recipe.yaml:1)");
+  // Skipped sections still follow the document rules (each key once).
+  expect_contains(
+      error_of([&] { parse_config("model: {}\nmodel: {}\n", "", {"model"}); }),
+      "model: expected each key once, got a duplicate key");
+}
+
 TEST(Config, RejectsFlatLegacyKey) {
   const std::string msg = error_of([] {
     parse_config(

@@ -145,6 +145,26 @@ TEST(Workload, LoadWorkloadFromFile) {
   expect_contains(error_of([&] { load_workload(missing); }), missing);
 }
 
+TEST(Workload, ScaleWorkloadDividesHeightAndWidthInMergeCells) {
+  Workload wl;
+  wl.grid = {{1, 64, 62}, {8, 2, 4}, {3, 18, 10}};
+  const Workload s = scale_workload(wl, 4);
+  // h -> 2 * ceil(h / 2 / 4): 64 -> 16, 62 -> 16, 2 -> 2, 18 -> 6, 10 -> 4.
+  EXPECT_EQ(s.grid, (std::vector<GridThw>{{1, 16, 16}, {8, 2, 2}, {3, 6, 4}}));
+  EXPECT_EQ(scale_workload(wl, 1).grid, wl.grid);
+  // Merge size 3: 18 -> 3 * ceil(6 / 4) = 6.
+  wl.layout.spatial_merge_size = 3;
+  wl.grid = {{1, 18, 3}};
+  EXPECT_EQ(scale_workload(wl, 4).grid, (std::vector<GridThw>{{1, 6, 3}}));
+  for (const auto& name : workload_preset_names()) {
+    const Workload p = scale_workload(preset_workload(name, 1), 8);
+    EXPECT_NO_THROW(expand_frames(p.grid, p.layout)) << name;
+  }
+  expect_contains(
+      error_of([&] { scale_workload(wl, 0); }),
+      "frameshard::scale_workload: expected a scale >= 1, got 0");
+}
+
 // --------------------------------------------------------------- presets
 
 TEST(Presets, NamesAndUnknownName) {

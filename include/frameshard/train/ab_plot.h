@@ -19,8 +19,8 @@ namespace train {
 
 struct PlotSeries {
   std::string name;
-  std::vector<double> loss;         // per step
-  std::vector<double> step_seconds; // per step
+  std::vector<double> loss;          // per step
+  std::vector<double> step_seconds;  // per step
 };
 
 /// Throws frameshard::Error when the series are empty or of unequal length.

@@ -7,27 +7,46 @@
 //
 // Sources:
 //   * synthetic_batch: a seeded preset workload (frameshard/workload.h)
-//     scaled down by data.scale, with data.text_tokens text tokens before
-//     each medium and at the end; deterministic in (config, step, dp_rank).
-//   * a JSONL manifest, one sample per line:
+//     scaled down by data.scale (scale_workload), with data.text_tokens text
+//     tokens before each medium and at the end; deterministic in (config,
+//     step, dp_rank): each step and each DP rank draws its own preset batch
+//     (preset_workload with a seed mixed from data.seed, step and dp_rank by
+//     SplitMix64), the same on every machine.
+//   * a JSONL manifest, one sample per line (blank lines are skipped):
 //       {"grid_thw": [[1, 28, 28], [4, 16, 16]], "text_tokens": 40}
-//     or explicit text runs around the media (media + 1 entries):
+//     (40 text tokens split evenly into media + 1 runs, the earlier runs
+//     taking the remainder), or explicit text runs around the media
+//     (media + 1 entries):
 //       {"grid_thw": [[1, 28, 28]], "text_tokens": [8, 32]}
-//     data.samples_per_step consecutive samples (cycling) make one step's
-//     sequence. Errors name the file, line, field, expected and actual value.
+//     or no text_tokens: data.text_tokens before each medium and at the
+//     end. Keys other than grid_thw and text_tokens are rejected. Step s of
+//     DP rank r packs data.samples_per_step consecutive samples starting at
+//     sample (s * dp_size + r) * samples_per_step (cycling), so DP ranks
+//     train on different samples; data.scale applies to their grids too
+//     (scale 1 replays them as given). Errors name the file, line, field,
+//     expected and actual value:
+//       frameshard::train::load_manifest: shapes.jsonl:3: grid_thw[1]:
+//       expected [t, h, w] with t >= 1 and h and w positive multiples of 2
+//       (each at most 1048576), got [1, 27, 28]
 //
 // Layout rules: a medium of grid (t, h, w) takes t*h*w/merge^2 positions
 // whose token id is kMediaToken; text ids are drawn from [kFirstTextToken,
 // vocab); the sequence is padded with kPadToken to a multiple of
 // `pad_multiple` (2 * cp_size for the load-balanced CP split).
 // labels[i] = tokens[i + 1] when position i + 1 is text, else kIgnoreLabel.
+// The text is learnable rather than uniform noise: within a run each id is
+// the previous one + 1 (wrapping within the text ids) except at random
+// restarts (a quarter of the positions, and each run's first token), so the
+// loss falls from ln(vocab) towards about 1.9 and the curves of the two arms
+// show a trend to compare.
 //
 // Usage:
 //   auto b = frameshard::train::synthetic_batch(cfg.data, layout, 256, 4,
 //                                               step, dp_rank);
 //   auto samples = frameshard::train::load_manifest("shapes.jsonl", layout);
 //   auto b2 = frameshard::train::manifest_batch(samples, cfg.data, layout,
-//                                               256, 4, step, dp_rank);
+//                                               256, 4, step, dp_rank,
+//                                               cfg.parallel.dp_size);
 #pragma once
 
 #include <frameshard/frames.h>
@@ -46,11 +65,12 @@ inline constexpr int64_t kFirstTextToken = 2;
 inline constexpr int64_t kIgnoreLabel = -100;
 
 struct BatchLayout {
-  std::vector<GridThw> grid;     // media in sequence order
-  std::vector<int64_t> tokens;   // [seq_len]
-  std::vector<int64_t> labels;   // [seq_len]
-  int64_t media_tokens = 0;      // positions holding kMediaToken
-  int64_t text_tokens = 0;       // positions holding text
+  std::vector<GridThw> grid;           // media in sequence order
+  std::vector<int64_t> tokens;         // [seq_len]
+  std::vector<int64_t> labels;         // [seq_len]
+  std::vector<int64_t> media_offsets;  // first position of each medium
+  int64_t media_tokens = 0;            // positions holding kMediaToken
+  int64_t text_tokens = 0;             // positions holding text
   int64_t seq_len() const {
     return static_cast<int64_t>(tokens.size());
   }
@@ -58,7 +78,9 @@ struct BatchLayout {
 
 struct ManifestSample {
   std::vector<GridThw> grid;
-  std::vector<int64_t> text_runs;  // grid.size() + 1 entries
+  /// Text tokens before each medium and at the end: grid.size() + 1
+  /// entries, or none (the line gave no text_tokens: data.text_tokens each).
+  std::vector<int64_t> text_runs;
 };
 
 /// See the banner. Throws frameshard::Error for a bad config (field named).
@@ -79,6 +101,8 @@ std::vector<ManifestSample> parse_manifest(
 std::vector<ManifestSample> load_manifest(
     const std::string& path, const MediaLayout& layout);
 
+/// One step's sequence from the manifest's samples (see the banner); throws
+/// frameshard::Error when it would hold no label (no text after position 0).
 BatchLayout manifest_batch(
     const std::vector<ManifestSample>& samples,
     const DataConfig& data,
@@ -86,7 +110,8 @@ BatchLayout manifest_batch(
     int64_t vocab_size,
     int64_t pad_multiple,
     int64_t step,
-    int64_t dp_rank);
+    int64_t dp_rank,
+    int64_t dp_size = 1);
 
 }  // namespace train
 }  // namespace frameshard

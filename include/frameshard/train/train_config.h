@@ -24,9 +24,10 @@
 //     preset: mixed             # doc | multi | video | mixed
 //     manifest: ""              # JSONL of samples (data_batch.h); wins
 //                               # over preset
-//     scale: 8                  # h and w divided by this (>= 1)
+//     scale: 6                  # h and w divided by this (>= 1), manifest
+//                               # grids too (scale_workload)
 //     text_tokens: 16           # text tokens before each medium and at
-//                               # the end (synthetic batches)
+//                               # the end (synthetic batches; >= 1)
 //     samples_per_step: 4       # manifest samples packed per step
 //     seed: 0
 //   train:
@@ -41,6 +42,14 @@
 // true it overrides the frame-sharding section with a count split
 // (remainder on the last rank), placeholder frames for ranks without one, no
 // size thresholds, on at every cp_size > 1 and a silent no-op at 1.
+//
+// The cost model counts the FLOPs of frame_sharding.tower (cost_alpha
+// "auto"); when a recipe does not set that key it follows model.tower, and
+// an override of model.tower carries a following one along. Cross-field
+// rules: vision_hidden / vision_heads a multiple of 4 (2-D rotary),
+// text_hidden / text_heads even, deepstack_layers <= vision_depth (qwen3-vl;
+// other towers ignore it), vocab_size >= 3 (ids 0 and 1 are padding and
+// media). With model_dir set, the vision_* sizes are the checkpoint's.
 //
 // Every error names the full key path, what was expected and what was given
 // (and "in FILE:LINE" for files), as frameshard/config.h does; unknown keys
@@ -79,7 +88,7 @@ struct ModelConfig {
 struct DataConfig {
   std::string preset = "mixed";
   std::string manifest;
-  int64_t scale = 8;
+  int64_t scale = 6;
   int64_t text_tokens = 16;
   int64_t samples_per_step = 4;
   int64_t seed = 0;
@@ -106,11 +115,17 @@ struct TrainConfig {
 TrainConfig parse_train_config(
     const std::string& yaml, const std::string& source = "");
 /// Reads and parses a YAML file; a missing or unreadable file is an error.
+/// A relative data.manifest or model.model_dir is relative to the file's
+/// directory (returned joined to it), so a recipe runs from anywhere.
 TrainConfig load_train_config(const std::string& path);
 /// One dotted override ("train.steps", "6"); `distributed.*` keys go to
-/// frameshard::apply_override. Validated like the file.
+/// frameshard::apply_override. A section name alone takes a YAML mapping
+/// ("model", "{text_layers: 3}"). Validated like the file; on an error the
+/// config is unchanged.
 void apply_train_override(
-    TrainConfig& config, const std::string& dotted_key, const std::string& value);
+    TrainConfig& config,
+    const std::string& dotted_key,
+    const std::string& value);
 /// Cross-field checks (e.g. text_hidden divisible by text_heads,
 /// deepstack_layers <= vision_depth); the parsers call it.
 void validate(const TrainConfig& config);
