@@ -45,7 +45,8 @@ struct TrainArgs {
 };
 
 train::TrainConfig resolve_recipe(
-    const TrainArgs& a, const std::vector<std::string>& extras,
+    const TrainArgs& a,
+    const std::vector<std::string>& extras,
     const char* command) {
   train::TrainConfig cfg = a.recipe.empty()
                                ? train::default_train_config()
@@ -58,8 +59,8 @@ train::TrainConfig resolve_recipe(
       command,
       "distributed.multimodal.vision.frame_sharding.enabled false");
   if (a.steps >= 0) {
-    FRAMESHARD_CHECK(a.steps >= 1, command, "expected --steps >= 1, got ",
-                     a.steps);
+    FRAMESHARD_CHECK(
+        a.steps >= 1, command, "expected --steps >= 1, got ", a.steps);
     train::apply_train_override(cfg, "train.steps", std::to_string(a.steps));
   }
   return cfg;
@@ -67,8 +68,12 @@ train::TrainConfig resolve_recipe(
 
 std::vector<std::string> worker_args(
     const TrainArgs& a, const std::string& recipe_path, int world) {
-  std::vector<std::string> v{recipe_path, "--worker-world",
-                             std::to_string(world), "--backend", a.backend};
+  std::vector<std::string> v{
+      recipe_path,
+      "--worker-world",
+      std::to_string(world),
+      "--backend",
+      a.backend};
   if (a.json) {
     v.push_back("--json");
   }
@@ -77,8 +82,8 @@ std::vector<std::string> worker_args(
   return v;
 }
 
-int run_command(const TrainArgs& a, const std::vector<std::string>& extras,
-                bool ab) {
+int run_command(
+    const TrainArgs& a, const std::vector<std::string>& extras, bool ab) {
   const char* command = ab ? "ab" : "train";
   TrainRun run;
   run.ab = ab;
@@ -97,8 +102,8 @@ int run_command(const TrainArgs& a, const std::vector<std::string>& extras,
     std::cout << train::to_yaml(run.config);
     return 0;
   }
-  const int world = static_cast<int>(run.config.parallel.dp_size *
-                                     run.config.parallel.cp_size);
+  const int world = static_cast<int>(
+      run.config.parallel.dp_size * run.config.parallel.cp_size);
   if (launcher_env_present() && a.nproc_per_node == 0) {
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
     run.local_world = local ? std::max(1, std::atoi(local)) : 1;
@@ -132,21 +137,22 @@ int run_command(const TrainArgs& a, const std::vector<std::string>& extras,
 }
 
 void add_options(CLI::App* cmd, TrainArgs& a, bool ab) {
-  cmd->add_option("recipe", a.recipe,
-                  "Recipe YAML (default: the embedded default recipe; "
-                  "examples/recipes/ has more)");
   cmd->add_option("--steps", a.steps, "Training steps (overrides train.steps)");
   cmd->add_flag("--json", a.json, "Print one JSON object (rank 0)");
-  cmd->add_option("--nproc-per-node", a.nproc_per_node,
-                  "Local rank processes to spawn (default dp_size x cp_size)");
+  cmd->add_option(
+      "--nproc-per-node",
+      a.nproc_per_node,
+      "Local rank processes to spawn (default dp_size x cp_size)");
   cmd->add_option("--backend", a.backend, "Process groups: gloo, nccl or auto")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}))
       ->capture_default_str();
-  cmd->add_flag("--print-config", a.print_config,
-                "Print the resolved recipe and exit");
+  cmd->add_flag(
+      "--print-config", a.print_config, "Print the resolved recipe and exit");
   if (ab) {
-    cmd->add_option("--plot", a.plot,
-                    "SVG of both arms' losses and step times (\"\": none)")
+    cmd->add_option(
+           "--plot",
+           a.plot,
+           "SVG of both arms' losses and step times (\"\": none)")
         ->capture_default_str();
   }
   cmd->add_option("--worker-rank", a.worker_rank)->group("");
@@ -154,7 +160,9 @@ void add_options(CLI::App* cmd, TrainArgs& a, bool ab) {
   cmd->add_option("--store-path", a.store_path)->group("");
   cmd->allow_extras();
   cmd->footer(
-      "Dotted overrides set any recipe key, e.g. --train.steps 6 "
+      "RECIPE (first argument, optional): a recipe YAML; default the "
+      "embedded default recipe (--print-config shows it; examples/recipes/ "
+      "has more). Dotted overrides set any recipe key, e.g. --train.steps 6 "
       "--model.vision_checkpointing true "
       "--distributed.multimodal.vision.frame_sharding.enabled false "
       "--model.vision_dp_over_cp true. Under torchrun --no-python (or srun, "
@@ -173,7 +181,15 @@ void register_one(CLI::App& app, bool ab) {
            "recipe says)");
   add_options(cmd, *args, ab);
   cmd->callback([args, cmd, ab] {
-    const int code = run_command(*args, cmd->remaining(), ab);
+    // The recipe is the first argument when it is not an option. It is not
+    // a CLI11 positional: that would swallow the value of a dotted override
+    // (`--data.scale 12`), which CLI11 cannot know takes one.
+    std::vector<std::string> extras = cmd->remaining();
+    if (!extras.empty() && extras.front().rfind("-", 0) != 0) {
+      args->recipe = extras.front();
+      extras.erase(extras.begin());
+    }
+    const int code = run_command(*args, extras, ab);
     if (code != 0) {
       throw CLI::RuntimeError(code);
     }

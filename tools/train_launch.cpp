@@ -8,9 +8,9 @@
 #include <frameshard/train/trainer.h>
 
 #include <ATen/Parallel.h>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -47,14 +47,18 @@ train::TrainGroups make_groups(
         "expected distributed.dp_size 1 with NCCL (CP subgroups are Gloo-only "
         "for now), got ",
         cfg.parallel.dp_size);
-    g.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(
-                                           local_rank % torch::cuda::device_count()));
+    g.device = c10::Device(
+        c10::kCUDA,
+        static_cast<c10::DeviceIndex>(
+            local_rank % torch::cuda::device_count()));
     c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
     guard.setDevice(g.device);
     g.world = make_nccl_group(store, rank, world, go);
 #else
-    FRAMESHARD_CHECK(false, "train",
-                     "expected --backend gloo (this build has no NCCL), got nccl");
+    FRAMESHARD_CHECK(
+        false,
+        "train",
+        "expected --backend gloo (this build has no NCCL), got nccl");
 #endif
   } else {
     g.world = make_gloo_group(store, rank, world, go);
@@ -63,16 +67,19 @@ train::TrainGroups make_groups(
     g.cp = g.world;
   } else {
     const MeshShape shape{cfg.parallel.dp_size, cfg.parallel.cp_size, 1};
-    g.cp = make_subgroup(store, rank, mesh_group_ranks(shape, {"cp"}, rank),
-                         "cp", go);
+    g.cp = make_subgroup(
+        store, rank, mesh_group_ranks(shape, {"cp"}, rank), "cp", go);
   }
   return g;
 }
 
 // Runs the steps of one arm; rank 0 prints a progress line per step.
-ArmRecord run_arm(const TrainRun& run, const train::TrainGroups& g,
-                  const std::string& name, const train::TrainConfig& cfg,
-                  bool sharded) {
+ArmRecord run_arm(
+    const TrainRun& run,
+    const train::TrainGroups& g,
+    const std::string& name,
+    const train::TrainConfig& cfg,
+    bool sharded) {
   train::Trainer trainer(cfg, g, sharded);
   ArmRecord rec;
   rec.name = name;
@@ -98,7 +105,7 @@ train::TrainConfig sharded_recipe(train::TrainConfig cfg) {
 }
 
 double loss_tolerance(const train::TrainConfig& cfg) {
-  return cfg.train.dtype == "float64" ? 1e-9
+  return cfg.train.dtype == "float64"   ? 1e-9
          : cfg.train.dtype == "float32" ? 1e-5
                                         : 1e-2;
 }
@@ -111,13 +118,16 @@ int report_ab(const TrainRun& run, const ArmRecord& rep, const ArmRecord& sh) {
       a.loss.push_back(rep.steps[s].front().loss);
       b.loss.push_back(sh.steps[s].front().loss);
       double ta = 0, tb = 0;
-      for (const auto& m : rep.steps[s]) ta = std::max(ta, m.step_seconds);
-      for (const auto& m : sh.steps[s]) tb = std::max(tb, m.step_seconds);
+      for (const auto& m : rep.steps[s])
+        ta = std::max(ta, m.step_seconds);
+      for (const auto& m : sh.steps[s])
+        tb = std::max(tb, m.step_seconds);
       a.step_seconds.push_back(ta);
       b.step_seconds.push_back(tb);
     }
     std::ofstream f(run.plot);
-    f << train::ab_plot_svg({a, b}, "frameshard ab: replicated vs sharded vision");
+    f << train::ab_plot_svg(
+        {a, b}, "frameshard ab: replicated vs sharded vision");
     FRAMESHARD_CHECK(f.good(), "ab", "expected to write --plot ", run.plot);
   }
   if (run.json) {
@@ -141,8 +151,8 @@ int report_ab(const TrainRun& run, const ArmRecord& rep, const ArmRecord& sh) {
 }  // namespace
 
 bool launcher_env_present() {
-  for (const char* v : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
-                        "PMI_RANK"}) {
+  for (const char* v :
+       {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
     const char* x = std::getenv(v);
     if (x != nullptr && *x != '\0') {
       return true;
@@ -155,7 +165,8 @@ int run_train_rank(
     const TrainRun& run, const std::string& store_path, int rank, int world) {
   train::install_counting_cpu_allocator();
   // The local ranks share the cores.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(std::max(1, cores / std::max(1, run.local_world)));
   StorePtr store;
   int local_rank = rank;

@@ -17,11 +17,11 @@ namespace cli {
 
 struct TrainRun {
   train::TrainConfig config;
-  bool ab = false;         // both arms (replicated, then sharded)
-  bool json = false;       // rank 0 prints one JSON object instead
-  std::string plot;        // ab: the SVG written by rank 0 ("" = none)
+  bool ab = false;               // both arms (replicated, then sharded)
+  bool json = false;             // rank 0 prints one JSON object instead
+  std::string plot;              // ab: the SVG written by rank 0 ("" = none)
   std::string backend = "auto";  // gloo | nccl | auto
-  int local_world = 1;     // ranks on this node (threads per rank)
+  int local_world = 1;           // ranks on this node (threads per rank)
 };
 
 /// Whether a launcher's rank variables are set (RANK, SLURM_PROCID, ...).

@@ -66,7 +66,8 @@ ArmSummary summarize(const ArmRecord& arm) {
   ArmSummary s;
   s.measured_steps = static_cast<int64_t>(
       arm.steps.size() >= 2 ? arm.steps.size() - 1 : arm.steps.size());
-  s.step_seconds = measured_mean(arm, [](const auto& m) { return m.step_seconds; });
+  s.step_seconds =
+      measured_mean(arm, [](const auto& m) { return m.step_seconds; });
   s.vision_seconds =
       measured_mean(arm, [](const auto& m) { return m.vision_seconds; });
   s.gather_seconds =
@@ -100,13 +101,12 @@ std::string progress_line(
   const StepMetrics& m = ranks.front();
   constexpr int kWidth = 20;
   const int64_t done = m.step + 1;
-  const int filled = static_cast<int>(
-      kWidth * done / std::max<int64_t>(1, total_steps));
+  const int filled =
+      static_cast<int>(kWidth * done / std::max<int64_t>(1, total_steps));
   std::string bar(static_cast<size_t>(kWidth + 2), '-');
   bar.front() = '[';
   bar.back() = ']';
-  bar.replace(1, static_cast<size_t>(filled),
-              static_cast<size_t>(filled), '#');
+  bar.replace(1, static_cast<size_t>(filled), static_cast<size_t>(filled), '#');
   std::string peaks;
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (r > 0) {
@@ -117,11 +117,15 @@ std::string progress_line(
   }
   char buf[256];
   std::snprintf(
-      buf, sizeof(buf),
+      buf,
+      sizeof(buf),
       "%s step %lld/%lld %-10s loss %.6f  step %.3f s  vision %.3f s  "
       "gather %.3f s  peak MiB per rank %s",
-      bar.c_str(), static_cast<long long>(done),
-      static_cast<long long>(total_steps), arm.c_str(), m.loss,
+      bar.c_str(),
+      static_cast<long long>(done),
+      static_cast<long long>(total_steps),
+      arm.c_str(),
+      m.loss,
       max_over_ranks(ranks, [](const auto& x) { return x.step_seconds; }),
       max_over_ranks(ranks, [](const auto& x) { return x.vision_seconds; }),
       max_over_ranks(ranks, [](const auto& x) { return x.gather_seconds; }),
@@ -144,16 +148,19 @@ void print_train_summary(std::ostream& os, const ArmRecord& arm) {
   os << "  rank  tower rows  peak\n";
   for (size_t r = 0; r < s.peak_bytes_per_rank.size(); ++r) {
     char buf[128];
-    std::snprintf(buf, sizeof(buf), "  %4zu  %10lld  %s\n", r,
-                  static_cast<long long>(r < s.tower_rows_per_rank.size()
-                                             ? s.tower_rows_per_rank[r]
-                                             : 0),
-                  mib(s.peak_bytes_per_rank[r]).c_str());
+    std::snprintf(
+        buf,
+        sizeof(buf),
+        "  %4zu  %10lld  %s\n",
+        r,
+        static_cast<long long>(
+            r < s.tower_rows_per_rank.size() ? s.tower_rows_per_rank[r] : 0),
+        mib(s.peak_bytes_per_rank[r]).c_str());
     os << buf;
   }
   if (!arm.steps.empty()) {
-    os << "  final loss       "
-       << fmt("%.6f", arm.steps.back().front().loss) << "\n";
+    os << "  final loss       " << fmt("%.6f", arm.steps.back().front().loss)
+       << "\n";
   }
 }
 
@@ -167,8 +174,8 @@ double loss_max_abs_diff(const ArmRecord& a, const ArmRecord& b) {
       b.steps.size());
   double d = 0.0;
   for (size_t s = 0; s < a.steps.size(); ++s) {
-    d = std::max(d, std::abs(a.steps[s].front().loss -
-                             b.steps[s].front().loss));
+    d = std::max(
+        d, std::abs(a.steps[s].front().loss - b.steps[s].front().loss));
   }
   return d;
 }
@@ -181,28 +188,52 @@ void print_ab_summary(
      << " steps after the warm-up, slowest rank per step; ratio = sharded / "
         "replicated)\n";
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "  %-18s %14s %14s %8s\n", "", "replicated",
-                "sharded", "ratio");
+  std::snprintf(
+      buf,
+      sizeof(buf),
+      "  %-18s %14s %14s %8s\n",
+      "",
+      "replicated",
+      "sharded",
+      "ratio");
   os << buf;
-  auto row = [&](const char* name, const std::string& a, const std::string& b,
+  auto row = [&](const char* name,
+                 const std::string& a,
+                 const std::string& b,
                  const std::string& q) {
-    std::snprintf(buf, sizeof(buf), "  %-18s %14s %14s %8s\n", name,
-                  a.c_str(), b.c_str(), q.c_str());
+    std::snprintf(
+        buf,
+        sizeof(buf),
+        "  %-18s %14s %14s %8s\n",
+        name,
+        a.c_str(),
+        b.c_str(),
+        q.c_str());
     os << buf;
   };
   auto secs = [](double v) { return fmt("%.3f s", v); };
-  row("vision time", secs(r.vision_seconds), secs(s.vision_seconds),
+  row("vision time",
+      secs(r.vision_seconds),
+      secs(s.vision_seconds),
       ratio_text(s.vision_seconds, r.vision_seconds));
-  row("step time", secs(r.step_seconds), secs(s.step_seconds),
+  row("step time",
+      secs(r.step_seconds),
+      secs(s.step_seconds),
       ratio_text(s.step_seconds, r.step_seconds));
   row("gather time", secs(r.gather_seconds), secs(s.gather_seconds), "");
   row("decoder time", secs(r.decoder_seconds), secs(s.decoder_seconds), "");
-  row("peak bytes", mib(r.peak_bytes), mib(s.peak_bytes),
-      ratio_text(static_cast<double>(s.peak_bytes),
-                 static_cast<double>(r.peak_bytes)));
-  row("vision peak bytes", mib(r.vision_peak_bytes), mib(s.vision_peak_bytes),
-      ratio_text(static_cast<double>(s.vision_peak_bytes),
-                 static_cast<double>(r.vision_peak_bytes)));
+  row("peak bytes",
+      mib(r.peak_bytes),
+      mib(s.peak_bytes),
+      ratio_text(
+          static_cast<double>(s.peak_bytes),
+          static_cast<double>(r.peak_bytes)));
+  row("vision peak bytes",
+      mib(r.vision_peak_bytes),
+      mib(s.vision_peak_bytes),
+      ratio_text(
+          static_cast<double>(s.vision_peak_bytes),
+          static_cast<double>(r.vision_peak_bytes)));
   os << "  vision path: replicated arm " << r.plan_path << ", sharded arm "
      << s.plan_path << "\n";
   os << "  largest per-step loss difference: "
@@ -250,11 +281,11 @@ nlohmann::json ab_json(const ArmRecord& replicated, const ArmRecord& sharded) {
   j["vision_time_ratio"] = ratio(s.vision_seconds, r.vision_seconds);
   j["step_time_ratio"] = ratio(s.step_seconds, r.step_seconds);
   j["gather_time_ratio"] = ratio(s.gather_seconds, r.gather_seconds);
-  j["peak_bytes_ratio"] = ratio(static_cast<double>(s.peak_bytes),
-                                static_cast<double>(r.peak_bytes));
-  j["vision_peak_bytes_ratio"] =
-      ratio(static_cast<double>(s.vision_peak_bytes),
-            static_cast<double>(r.vision_peak_bytes));
+  j["peak_bytes_ratio"] = ratio(
+      static_cast<double>(s.peak_bytes), static_cast<double>(r.peak_bytes));
+  j["vision_peak_bytes_ratio"] = ratio(
+      static_cast<double>(s.vision_peak_bytes),
+      static_cast<double>(r.vision_peak_bytes));
   j["loss_max_abs_diff"] = loss_max_abs_diff(replicated, sharded);
   return j;
 }

@@ -24,9 +24,9 @@ struct ArmRecord {
 };
 
 struct ArmSummary {
-  int64_t measured_steps = 0;     // steps averaged (all but the warm-up)
-  double step_seconds = 0.0;      // mean over measured steps of the max
-  double vision_seconds = 0.0;    //   over ranks
+  int64_t measured_steps = 0;   // steps averaged (all but the warm-up)
+  double step_seconds = 0.0;    // mean over measured steps of the max
+  double vision_seconds = 0.0;  //   over ranks
   double gather_seconds = 0.0;
   double decoder_seconds = 0.0;
   int64_t peak_bytes = 0;         // max over steps and ranks

@@ -71,8 +71,8 @@ at::Tensor cp_causal_attention(
     const int64_t local = q.size(1);
     const int64_t dim = q.size(2);
     // One collective for K and V: rows are positions, features [k | v].
-    at::Tensor kv = at::cat({k, v}, 2).transpose(0, 1).reshape(
-        {local, 2 * heads * dim});
+    at::Tensor kv =
+        at::cat({k, v}, 2).transpose(0, 1).reshape({local, 2 * heads * dim});
     at::Tensor all = all_gather_rows(
         kv, std::vector<int64_t>(static_cast<size_t>(cp), local), group);
     all = all.reshape({cp * local, heads, 2 * dim}).transpose(0, 1);

@@ -13,15 +13,16 @@ namespace train {
 namespace {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  at::Tensor x32 = x.to(x.scalar_type() == at::kDouble ? at::kDouble
-                                                       : at::kFloat);
+  at::Tensor x32 =
+      x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
   at::Tensor y = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps);
   return y.to(x.scalar_type()) * w;
 }
 
 // Rotary embedding of x [heads, n, dim] at `positions` (global): the
 // half-split form (rotate_half), angles in float32 or float64.
-at::Tensor rotary(const at::Tensor& x, const at::Tensor& positions, double theta) {
+at::Tensor rotary(
+    const at::Tensor& x, const at::Tensor& positions, double theta) {
   const int64_t dim = x.size(2);
   const auto ft = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor inv = at::pow(
@@ -68,9 +69,8 @@ class DecoderBlockImpl : public torch::nn::Module {
                          .permute({1, 2, 0, 3});  // [3, heads, n, d]
     at::Tensor q = rotary(qkv[0], positions, config_.rope_theta);
     at::Tensor k = rotary(qkv[1], positions, config_.rope_theta);
-    at::Tensor a =
-        cp_causal_attention(q, k, qkv[2].contiguous(), positions, seq_len,
-                            cp_group);
+    at::Tensor a = cp_causal_attention(
+        q, k, qkv[2].contiguous(), positions, seq_len, cp_group);
     at::Tensor y = x + out_->forward(a.transpose(0, 1).reshape({n, h * d}));
     at::Tensor gu = gate_up_->forward(rms_norm(y, norm2_, config_.norm_eps));
     at::Tensor g = gu.narrow(1, 0, config_.ffn);
@@ -97,16 +97,20 @@ DecoderImpl::DecoderImpl(const DecoderConfig& c) : config_(c) {
       ", heads ",
       c.heads);
   embed_ = register_module(
-      "embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab, c.hidden)));
+      "embed",
+      torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab, c.hidden)));
+  // A ModuleList names its blocks "blocks.0", "blocks.1", ...
+  torch::nn::ModuleList list;
   for (int64_t i = 0; i < c.layers; ++i) {
-    blocks_.push_back(register_module(
-        "blocks." + std::to_string(i),
-        std::make_shared<detail::DecoderBlockImpl>(c)));
+    blocks_.push_back(std::make_shared<detail::DecoderBlockImpl>(c));
+    list->push_back(blocks_.back());
   }
+  register_module("blocks", list);
   norm_weight_ = register_parameter("norm", torch::ones({c.hidden}));
   head_ = register_module(
       "head",
-      torch::nn::Linear(torch::nn::LinearOptions(c.hidden, c.vocab).bias(false)));
+      torch::nn::Linear(
+          torch::nn::LinearOptions(c.hidden, c.vocab).bias(false)));
 }
 
 at::Tensor DecoderImpl::embed(const at::Tensor& tokens) {

@@ -11,14 +11,17 @@
 
 #include <atomic>
 #include <mutex>
+#include <unordered_map>
 
 namespace frameshard {
 namespace train {
 namespace {
 
-// Wraps the allocator that was current when installed. Each allocation's
-// context remembers its size and the wrapped DataPtr, which frees the
-// memory when the context is deleted.
+// Wraps the allocator that was current when installed. It hands out
+// "simple" DataPtrs (context == data), which torch requires of a CPU
+// allocator (raw_allocate asserts it), and keeps each allocation's size and
+// the wrapped DataPtr in a table keyed by the address; freeing erases the
+// entry, whose DataPtr frees the memory.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
@@ -26,13 +29,24 @@ class CountingAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
+    if (n == 0 || data == nullptr) {
+      return inner;  // nothing to count; no unique address to key on
+    }
     const c10::Device device = inner.device();
-    auto* ctx = new Context{std::move(inner), static_cast<int64_t>(n), this};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live_.emplace(data, Entry{static_cast<int64_t>(n), std::move(inner)});
+    }
     add(static_cast<int64_t>(n));
-    return c10::DataPtr(data, ctx, &CountingAllocator::release, device);
+    return c10::DataPtr(data, data, &CountingAllocator::release, device);
   }
 
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &CountingAllocator::release;
+  }
+
+  void copy_data(
+      void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
 
@@ -47,17 +61,12 @@ class CountingAllocator final : public c10::Allocator {
   }
 
  private:
-  struct Context {
-    c10::DataPtr inner;
+  struct Entry {
     int64_t bytes;
-    CountingAllocator* owner;
+    c10::DataPtr inner;
   };
 
-  static void release(void* p) {
-    auto* ctx = static_cast<Context*>(p);
-    ctx->owner->current_.fetch_sub(ctx->bytes);
-    delete ctx;  // frees through the wrapped DataPtr
-  }
+  static void release(void* p);
 
   void add(int64_t n) {
     const int64_t now = current_.fetch_add(n) + n;
@@ -67,6 +76,8 @@ class CountingAllocator final : public c10::Allocator {
   }
 
   c10::Allocator* base_;
+  std::mutex mutex_;
+  std::unordered_map<void*, Entry> live_;
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
 };
@@ -82,6 +93,22 @@ void install_counting_cpu_allocator() {
     // A priority above c10's default (0) and its mobile/caching variants.
     c10::SetCPUAllocator(counting, /*priority=*/100);
   });
+}
+
+void CountingAllocator::release(void* p) {
+  CountingAllocator* self = counting;
+  Entry entry{0, c10::DataPtr()};
+  {
+    std::lock_guard<std::mutex> lock(self->mutex_);
+    auto it = self->live_.find(p);
+    if (it == self->live_.end()) {
+      return;  // not ours (cannot happen: only our DataPtrs carry release)
+    }
+    entry = std::move(it->second);
+    self->live_.erase(it);
+  }
+  self->current_.fetch_sub(entry.bytes);
+  // entry.inner frees the memory as it goes out of scope.
 }
 
 bool counting_cpu_allocator_installed() {

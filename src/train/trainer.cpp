@@ -2,9 +2,9 @@
 #include <frameshard/train/trainer.h>
 
 #include <frameshard/error.h>
+#include <frameshard/models/cost_bridge.h>
 #include <frameshard/runtime/agree.h>
 #include <frameshard/runtime/encode.h>
-#include <frameshard/models/cost_bridge.h>
 #include <frameshard/train/cp_attention.h>
 
 #include "train/vision_stage.h"
@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
 
 namespace frameshard {
@@ -81,20 +82,43 @@ uint64_t config_fingerprint(const TrainConfig& c, bool sharded) {
   return std::hash<std::string>{}(to_yaml(c) + (sharded ? "|s" : "|r"));
 }
 
-
 // The step's inputs on this rank: the packed sequence of its DP replica
 // and this CP rank's share of it.
 struct LocalBatch {
   BatchLayout layout;
-  at::Tensor pixels;      // [rows, features], the replica's media
-  at::Tensor grid;        // int64 [media, 3]
-  at::Tensor positions;   // int64 [local]: global positions held here
-  at::Tensor tokens;      // int64 [local]
-  at::Tensor labels;      // int64 [local]
-  at::Tensor media_rows;  // int64: local rows that hold media tokens
-  at::Tensor media_src;   // int64: their rows in the visual embeddings
+  at::Tensor pixels;        // [rows, features], the replica's media
+  at::Tensor grid;          // int64 [media, 3]
+  at::Tensor positions;     // int64 [local]: global positions held here
+  at::Tensor tokens;        // int64 [local]
+  at::Tensor labels;        // int64 [local]
+  at::Tensor media_rows;    // int64: local rows that hold media tokens
+  at::Tensor media_src;     // int64: their rows in the visual embeddings
   int64_t label_count = 0;  // labels of the whole replica (the divisor)
 };
+
+// Rank 0's parameters on every rank (as DDP does at construction): the
+// seeded initialisation already agrees, this makes it independent of how
+// each machine's torch draws. One collective over a flat buffer.
+void broadcast_parameters(
+    const std::vector<std::pair<std::string, at::Tensor>>& params,
+    const ProcessGroupPtr& world) {
+  if (!world || world->getSize() == 1 || params.empty()) {
+    return;
+  }
+  std::vector<at::Tensor> flat_parts;
+  for (const auto& p : params) {
+    flat_parts.push_back(p.second.detach().reshape(-1));
+  }
+  std::vector<at::Tensor> flat{at::cat(flat_parts)};
+  world->broadcast(flat)->wait();
+  torch::NoGradGuard no_grad;
+  int64_t off = 0;
+  for (const auto& p : params) {
+    const int64_t n = p.second.numel();
+    p.second.copy_(flat[0].narrow(0, off, n).view(p.second.sizes()));
+    off += n;
+  }
+}
 
 at::Tensor long_tensor(const std::vector<int64_t>& v, c10::Device d) {
   return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(d);
@@ -117,10 +141,16 @@ Trainer::Trainer(
   try {
     check_groups(config, groups);
     s.dtype = detail::parse_train_dtype(config.train.dtype);
-    torch::manual_seed(static_cast<uint64_t>(config.train.seed));
-    s.tower = detail::make_tower(config.model, s.dtype);
-    s.decoder = Decoder(detail::decoder_config(
-        config.model, s.tower.config.out_hidden_size()));
+    {
+      // torch's default generator is process-wide: ranks that are threads
+      // of one process (the tests) must not interleave their draws.
+      static std::mutex init_mutex;
+      std::lock_guard<std::mutex> lock(init_mutex);
+      torch::manual_seed(static_cast<uint64_t>(config.train.seed));
+      s.tower = detail::make_tower(config.model, s.dtype);
+      s.decoder = Decoder(detail::decoder_config(
+          config.model, s.tower.config.out_hidden_size()));
+    }
     const int64_t deepstack =
         static_cast<int64_t>(s.tower.config.output_names().size()) - 1;
     FRAMESHARD_CHECK(
@@ -155,8 +185,14 @@ Trainer::Trainer(
   } catch (...) {
     error = std::current_exception();
   }
-  agree(groups.world, config_fingerprint(config, sharded), error, "train",
-        "config", groups.device);
+  agree(
+      groups.world,
+      config_fingerprint(config, sharded),
+      error,
+      "train",
+      "config",
+      groups.device);
+  broadcast_parameters(named_parameters(), groups.world);
 }
 
 Trainer::~Trainer() = default;
@@ -177,11 +213,23 @@ BatchLayout Trainer::batch(int64_t step) const {
   const State& s = *state_;
   const int64_t pad = 2 * s.cp;
   if (!s.manifest.empty()) {
-    return manifest_batch(s.manifest, s.config.data, s.plan.layout,
-                          s.config.model.vocab_size, pad, step, dp_rank());
+    return manifest_batch(
+        s.manifest,
+        s.config.data,
+        s.plan.layout,
+        s.config.model.vocab_size,
+        pad,
+        step,
+        dp_rank(),
+        s.dp);
   }
-  return synthetic_batch(s.config.data, s.plan.layout,
-                         s.config.model.vocab_size, pad, step, dp_rank());
+  return synthetic_batch(
+      s.config.data,
+      s.plan.layout,
+      s.config.model.vocab_size,
+      pad,
+      step,
+      dp_rank());
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Trainer::named_parameters()
@@ -198,9 +246,13 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::named_parameters()
 
 namespace {
 
-LocalBatch local_batch(const Trainer& t, const TrainConfig& c,
-                       int64_t step, at::ScalarType dtype, c10::Device d,
-                       int64_t features) {
+LocalBatch local_batch(
+    const Trainer& t,
+    const TrainConfig& c,
+    int64_t step,
+    at::ScalarType dtype,
+    c10::Device d,
+    int64_t features) {
   LocalBatch b;
   b.layout = t.batch(step);
   const int64_t cp = c.parallel.cp_size;
@@ -209,12 +261,15 @@ LocalBatch local_batch(const Trainer& t, const TrainConfig& c,
     rows += g.t * g.h * g.w;
   }
   b.pixels = detail::synthetic_pixels(
-                 rows, features, static_cast<uint64_t>(c.data.seed), step,
-                 t.dp_rank(), dtype)
+                 rows,
+                 features,
+                 static_cast<uint64_t>(c.data.seed),
+                 step,
+                 t.dp_rank(),
+                 dtype)
                  .to(d);
   b.grid = grid_to_tensor(b.layout.grid, d);
-  const auto pos =
-      cp_local_positions(b.layout.seq_len(), cp, t.cp_rank());
+  const auto pos = cp_local_positions(b.layout.seq_len(), cp, t.cp_rank());
   std::vector<int64_t> tokens, labels, media_rows, media_src;
   // media_index[p]: the visual row of media position p (sequence order).
   std::vector<int64_t> media_index(b.layout.tokens.size(), -1);
@@ -243,32 +298,42 @@ LocalBatch local_batch(const Trainer& t, const TrainConfig& c,
 }
 
 // The decoder's input and DeepStack additions from the visual outputs.
-at::Tensor decoder_loss(Decoder& lm, const LocalBatch& b,
-                        const std::vector<at::Tensor>& visual,
-                        const ProcessGroupPtr& cp) {
+at::Tensor decoder_loss(
+    Decoder& lm,
+    const LocalBatch& b,
+    const std::vector<at::Tensor>& visual,
+    const ProcessGroupPtr& cp) {
   at::Tensor h = lm->embed(b.tokens);
   h = scatter_rows(h, b.media_rows, visual[0].index_select(0, b.media_src));
   std::vector<at::Tensor> deepstack;
   for (size_t k = 1; k < visual.size(); ++k) {
-    deepstack.push_back(scatter_rows(at::zeros_like(h), b.media_rows,
-                                     visual[k].index_select(0, b.media_src)));
+    deepstack.push_back(scatter_rows(
+        at::zeros_like(h),
+        b.media_rows,
+        visual[k].index_select(0, b.media_src)));
   }
   at::Tensor logits =
       lm->forward(h, b.positions, deepstack, b.layout.seq_len(), cp);
   at::Tensor loss = at::cross_entropy_loss(
       logits.to(logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat),
-      b.labels, {}, at::Reduction::Sum, kIgnoreLabel);
+      b.labels,
+      {},
+      at::Reduction::Sum,
+      kIgnoreLabel);
   return loss / static_cast<double>(std::max<int64_t>(1, b.label_count));
 }
 
 // Sum of every parameter gradient over the world, divided by dp (one
 // collective over a flat buffer).
-void all_reduce_gradients(const std::vector<at::Tensor>& params,
-                          const ProcessGroupPtr& world, int64_t dp) {
+void all_reduce_gradients(
+    const std::vector<at::Tensor>& params,
+    const ProcessGroupPtr& world,
+    int64_t dp) {
   std::vector<at::Tensor> grads;
   for (const auto& p : params) {
-    grads.push_back(p.grad().defined() ? p.grad().reshape(-1)
-                                       : at::zeros({p.numel()}, p.options()));
+    grads.push_back(
+        p.grad().defined() ? p.grad().reshape(-1)
+                           : at::zeros({p.numel()}, p.options()));
   }
   at::Tensor flat = at::cat(grads);
   if (world && world->getSize() > 1) {
@@ -290,8 +355,8 @@ void all_reduce_gradients(const std::vector<at::Tensor>& params,
   }
 }
 
-double global_loss(const at::Tensor& local, const ProcessGroupPtr& world,
-                   int64_t dp) {
+double global_loss(
+    const at::Tensor& local, const ProcessGroupPtr& world, int64_t dp) {
   at::Tensor l = local.detach().to(at::kDouble).reshape({1}).cpu().clone();
   if (world && world->getSize() > 1) {
     std::vector<at::Tensor> v{l};
@@ -342,8 +407,7 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   m.tower_rows = s.vision->tower_rows();
   m.plan_path = to_string(s.vision->plan().path);
   m.step_seconds = detail::elapsed_seconds(start, device);
-  m.peak_bytes =
-      std::max(s.vision->peak_before_tower(), s.memory.peak_bytes());
+  m.peak_bytes = std::max(s.vision->peak_before_tower(), s.memory.peak_bytes());
   return m;
 }
 

@@ -27,7 +27,8 @@ double elapsed_seconds(Clock::time_point start, c10::Device device) {
 
 VisionStage::VisionStage(
     VisionTower tower, bool checkpointing, MemoryStats* memory)
-    : tower_(std::move(tower)), checkpointing_(checkpointing),
+    : tower_(std::move(tower)),
+      checkpointing_(checkpointing),
       memory_(memory) {}
 
 std::vector<at::Tensor> VisionStage::run_tower(const TowerInput& input) {
@@ -99,8 +100,8 @@ std::vector<at::Tensor> grads_of(const std::vector<at::Tensor>& leaves) {
 
 void VisionStage::backward_gather() {
   const auto start = Clock::now();
-  const auto device = encoded_.empty() ? c10::Device(c10::kCPU)
-                                       : encoded_[0].device();
+  const auto device =
+      encoded_.empty() ? c10::Device(c10::kCPU) : encoded_[0].device();
   // On the replicated path encode returns the leaves themselves (or views
   // of them); backward through them still lands in the leaves' grads.
   torch::autograd::backward(encoded_, grads_of(encoded_leaf_));

@@ -73,10 +73,10 @@ class VisionStage {
   bool checkpointing_;
   MemoryStats* memory_;
   // Per step:
-  TowerInput input_;                  // what the tower saw (recompute)
-  std::vector<at::Tensor> tower_out_; // its outputs (graph unless ckpt)
+  TowerInput input_;                   // what the tower saw (recompute)
+  std::vector<at::Tensor> tower_out_;  // its outputs (graph unless ckpt)
   std::vector<at::Tensor> tower_leaf_;
-  std::vector<at::Tensor> encoded_;   // encode's outputs (graph: gather)
+  std::vector<at::Tensor> encoded_;  // encode's outputs (graph: gather)
   std::vector<at::Tensor> encoded_leaf_;
   ShardPlan plan_;
   double tower_seconds_ = 0.0;

@@ -57,8 +57,8 @@ models::QwenVisionConfig random_tower_config(const ModelConfig& m) {
   c.intermediate_size = mlp;
   c.num_heads = m.vision_heads;
   c.out_hidden_size = m.text_hidden;
-  c.deepstack_visual_indexes = deepstack_indexes(m.vision_depth,
-                                                 m.deepstack_layers);
+  c.deepstack_visual_indexes =
+      deepstack_indexes(m.vision_depth, m.deepstack_layers);
   return c;
 }
 
@@ -111,10 +111,12 @@ at::Tensor synthetic_pixels(
     int64_t dp_rank,
     at::ScalarType dtype) {
   SplitMix64 mix(seed ^ 0x5eed91c5ULL);
-  uint64_t s = mix.next() + static_cast<uint64_t>(step) * 0x9e3779b97f4a7c15ULL +
+  uint64_t s = mix.next() +
+               static_cast<uint64_t>(step) * 0x9e3779b97f4a7c15ULL +
                static_cast<uint64_t>(dp_rank) * 0xbf58476d1ce4e5b9ULL;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(s);
-  at::Tensor x = at::randn({rows, features}, gen, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor x =
+      at::randn({rows, features}, gen, at::TensorOptions().dtype(at::kFloat));
   return x.to(dtype);
 }
 

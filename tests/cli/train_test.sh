@@ -81,7 +81,24 @@ if run train_off 0 "$BIN" train "${SMALL[@]}" --train.steps 2 \
   expect_out train_off 'vision path replicated'
 fi
 
-# 4. Under torchrun --no-python: the same binary, one process per rank.
+# 4. DP x CP: two replicas of CP 2 (4 ranks; CP subgroups) train like two
+#    replicas of CP 1: the same losses (each replica has its own batch).
+if run dp2cp2 0 "$BIN" train "${SMALL[@]}" --train.steps 2 --json \
+    --distributed.dp_size 2 --distributed.cp_size 2 &&
+  run dp2cp1 0 "$BIN" train "${SMALL[@]}" --train.steps 2 --json \
+    --distributed.dp_size 2 --distributed.cp_size 1; then
+  "$PY" - "$TMP/dp2cp2.out" "$TMP/dp2cp1.out" <<'PYEOF' || fail "dp: losses differ"
+import json, sys
+a = json.load(open(sys.argv[1]))
+b = json.load(open(sys.argv[2]))
+assert a["plan_path"] == "sharded" and b["plan_path"] == "replicated"
+assert len(a["peak_bytes_per_rank"]) == 4, a["peak_bytes_per_rank"]
+d = max(abs(x - y) for x, y in zip(a["losses"], b["losses"]))
+assert d <= 1e-5, (a["losses"], b["losses"])
+PYEOF
+fi
+
+# 5. Under torchrun --no-python: the same binary, one process per rank.
 TORCHRUN=$ROOT/.venv/bin/torchrun
 if [ -x "$TORCHRUN" ]; then
   if run torchrun 0 "$TORCHRUN" --no-python --standalone \
@@ -93,7 +110,7 @@ elif [ -n "${CI:-}" ]; then
   fail "torchrun: $TORCHRUN missing under CI"
 fi
 
-# 5. Errors: bad arguments, recipes and manifests name the field.
+# 6. Errors: bad arguments, recipes and manifests name the field.
 run bad_key 2 "$BIN" train --model.text_layers -2
 expect_err bad_key 'model.text_layers: expected'
 run bad_option 2 "$BIN" ab --bogus 1

@@ -187,11 +187,20 @@ TEST(MakeSubgroup, RejectsBadMembers) {
 class LaunchEnvTest : public ::testing::Test {
  protected:
   const std::vector<std::string> names_ = {
-      "RANK",          "WORLD_SIZE",           "LOCAL_RANK",
-      "MASTER_ADDR",   "MASTER_PORT",          "SLURM_PROCID",
-      "SLURM_NTASKS",  "SLURM_LOCALID",        "OMPI_COMM_WORLD_RANK",
-      "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
-      "PMI_SIZE",      "MPI_LOCALRANKID"};
+      "RANK",
+      "WORLD_SIZE",
+      "LOCAL_RANK",
+      "MASTER_ADDR",
+      "MASTER_PORT",
+      "SLURM_PROCID",
+      "SLURM_NTASKS",
+      "SLURM_LOCALID",
+      "OMPI_COMM_WORLD_RANK",
+      "OMPI_COMM_WORLD_SIZE",
+      "OMPI_COMM_WORLD_LOCAL_RANK",
+      "PMI_RANK",
+      "PMI_SIZE",
+      "MPI_LOCALRANKID"};
   std::map<std::string, std::string> saved_;
   std::map<std::string, bool> had_;
 
@@ -265,7 +274,7 @@ TEST_F(LaunchEnvTest, ReadsSlurmAndMpiVariablesWhenTorchrunsAreAbsent) {
   EXPECT_EQ(env.launcher, "openmpi");
   EXPECT_EQ(env.rank, 2);
   EXPECT_EQ(env.local_rank, 2);  // no local rank: single node
-  set("RANK", "0");  // torchrun's names win when set
+  set("RANK", "0");              // torchrun's names win when set
   set("WORLD_SIZE", "1");
   EXPECT_EQ(read_launch_env().launcher, "torchrun");
 }

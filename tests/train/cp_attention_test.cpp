@@ -17,21 +17,21 @@ namespace {
 using testing::max_abs_diff;
 
 TEST(CpLocalPositions, RankHoldsChunkRAndItsMirror) {
-  EXPECT_EQ(train::cp_local_positions(8, 2, 0),
-            (std::vector<int64_t>{0, 1, 6, 7}));
-  EXPECT_EQ(train::cp_local_positions(8, 2, 1),
-            (std::vector<int64_t>{2, 3, 4, 5}));
-  EXPECT_EQ(train::cp_local_positions(6, 3, 2),
-            (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(train::cp_local_positions(4, 1, 0),
-            (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(
+      train::cp_local_positions(8, 2, 0), (std::vector<int64_t>{0, 1, 6, 7}));
+  EXPECT_EQ(
+      train::cp_local_positions(8, 2, 1), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(train::cp_local_positions(6, 3, 2), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(
+      train::cp_local_positions(4, 1, 0), (std::vector<int64_t>{0, 1, 2, 3}));
 }
 
 TEST(CpLocalPositions, LengthNotAMultipleOfTwiceCpIsAnError) {
-  EXPECT_NE(std::string(testing::torch_error_of([] {
-              train::cp_local_positions(10, 3, 0);
-            })).find("positive multiple of 2 * cp_size = 6, got 10"),
-            std::string::npos);
+  EXPECT_NE(
+      std::string(testing::torch_error_of([] {
+        train::cp_local_positions(10, 3, 0);
+      })).find("positive multiple of 2 * cp_size = 6, got 10"),
+      std::string::npos);
 }
 
 // Every rank attends its chunks; rank r's loss weights its own outputs
@@ -44,8 +44,8 @@ void check_against_single_process(int world) {
   at::Tensor k = at::randn({heads, len, dim}, opts).requires_grad_(true);
   at::Tensor v = at::randn({heads, len, dim}, opts).requires_grad_(true);
   at::Tensor w = at::randn({heads, len, dim}, opts);
-  at::Tensor ref = at::scaled_dot_product_attention(
-      q, k, v, {}, 0.0, /*is_causal=*/true);
+  at::Tensor ref =
+      at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
   (ref * w).sum().backward();
 
   std::vector<double> out_diff(world), gq(world), gk(world), gv(world);

@@ -174,13 +174,15 @@ TEST(Trainer, GroupSmallerThanTheRecipeRaisesOnEveryRank) {
       o);
   for (const auto& out : outcomes) {
     ASSERT_FALSE(out.ok);
-    EXPECT_NE(out.error.find("expected a world of distributed.dp_size x "
-                             "cp_size = 1 x 3 = 3 ranks, got 2"),
-              std::string::npos)
+    EXPECT_NE(
+        out.error.find("expected a world of distributed.dp_size x "
+                       "cp_size = 1 x 3 = 3 ranks, got 2"),
+        std::string::npos)
         << out.error;
   }
-  EXPECT_EQ(testing::strip_rank_prefix(outcomes[0].error),
-            testing::strip_rank_prefix(outcomes[1].error));
+  EXPECT_EQ(
+      testing::strip_rank_prefix(outcomes[0].error),
+      testing::strip_rank_prefix(outcomes[1].error));
 }
 
 TEST(Trainer, RanksWithDifferentRecipesRaiseOnEveryRank) {
@@ -196,8 +198,9 @@ TEST(Trainer, RanksWithDifferentRecipesRaiseOnEveryRank) {
       o);
   for (const auto& out : outcomes) {
     ASSERT_FALSE(out.ok);
-    EXPECT_NE(out.error.find("ranks disagree on the config fingerprint"),
-              std::string::npos)
+    EXPECT_NE(
+        out.error.find("ranks disagree on the config fingerprint"),
+        std::string::npos)
         << out.error;
   }
 }

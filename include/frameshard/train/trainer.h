@@ -63,17 +63,17 @@ struct TrainGroups {
 /// What one rank measured in one step.
 struct StepMetrics {
   int64_t step = 0;
-  double loss = 0.0;             // the global loss (same on every rank)
-  double step_seconds = 0.0;     // whole step, data to optimizer
-  double vision_seconds = 0.0;   // tower forward + backward (+ recompute)
-  double gather_seconds = 0.0;   // encode's plan, consensus and gather,
-                                 // and the gather's backward
-  double decoder_seconds = 0.0;  // decoder forward + backward
-  int64_t peak_bytes = 0;        // peak tensor bytes over the step
-  int64_t vision_peak_bytes = 0; // peak above the step's start during the
-                                 // tower's forward (its activations)
-  int64_t tower_rows = 0;        // patch rows this rank's tower ran on
-  std::string plan_path;         // "sharded" or "replicated"
+  double loss = 0.0;              // the global loss (same on every rank)
+  double step_seconds = 0.0;      // whole step, data to optimizer
+  double vision_seconds = 0.0;    // tower forward + backward (+ recompute)
+  double gather_seconds = 0.0;    // encode's plan, consensus and gather,
+                                  // and the gather's backward
+  double decoder_seconds = 0.0;   // decoder forward + backward
+  int64_t peak_bytes = 0;         // peak tensor bytes over the step
+  int64_t vision_peak_bytes = 0;  // peak above the step's start during the
+                                  // tower's forward (its activations)
+  int64_t tower_rows = 0;         // patch rows this rank's tower ran on
+  std::string plan_path;          // "sharded" or "replicated"
 };
 
 class Trainer {
