@@ -57,8 +57,8 @@ if(NOT FRAMESHARD_TORCH_PREFIX)
     set(_hint "")
     if(SKBUILD)
       # pip's isolated build environment hides the environment's packages.
-      set(_hint "; pip's build isolation hides the environment's torch: "
-                "install with `pip install --no-build-isolation .`")
+      string(CONCAT _hint "; pip's build isolation hides the environment's "
+             "torch: install with `pip install --no-build-isolation .`")
     endif()
     message(FATAL_ERROR "frameshard: expected torch in ${FRAMESHARD_PYTHON}, "
                         "got none (exit ${_rc})${_hint}")
