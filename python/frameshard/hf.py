@@ -155,6 +155,12 @@ def _sharded_forward(
         return_plan=True,
     )
     out = last[0]
+    if plan.sharded and return_dict is False:
+        # A tuple would start with last_hidden_state, which is rank-local here.
+        raise FrameshardError(
+            "frameshard.hf: expected return_dict=True or unset on the sharded path (the sharded "
+            "output has no last_hidden_state), got return_dict=False"
+        )
     if plan.sharded:
         fields = {"pooler_output": outputs[0]}
         if hasattr(out, "deepstack_features"):

@@ -200,11 +200,14 @@ at::Tensor gather_binding(
 /// return a list of tensors (the Python layer normalises what the user's
 /// tower returns). A Python exception becomes a std::runtime_error with its
 /// text while the GIL is still held (the error object needs it to die).
+/// Captures a pointer, not a copy: copying a py::object touches its
+/// reference count, which needs the GIL, and encode runs without it.
 VisionTower python_tower(const py::object& tower) {
-  return [tower](const TowerInput& in) {
+  const py::object* fn = &tower;  // outlives the encode call
+  return [fn](const TowerInput& in) {
     py::gil_scoped_acquire gil;
     try {
-      py::object out = tower(in.pixel_values, in.grid_thw, in.cu_seqlens);
+      py::object out = (*fn)(in.pixel_values, in.grid_thw, in.cu_seqlens);
       return out.cast<std::vector<at::Tensor>>();
     } catch (py::error_already_set& e) {
       // "KeyError: 'boom'", without the Python traceback e.what() appends.

@@ -19,6 +19,8 @@ import datetime
 import json
 import os
 import sys
+import threading
+import time
 import traceback
 
 import torch
@@ -199,6 +201,44 @@ def scenario_tower_error(rank, world, group):
     return {"raised": None}
 
 
+def scenario_gil(rank, world, group):
+    """The GIL is released while a collective waits: on rank 0 a Python thread keeps counting
+    while the collective waits for the last rank, which arrives 0.5 s late. With the GIL held the
+    thread could not run at all during the call."""
+    counter = [0]
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            counter[0] += 1
+
+    thread = threading.Thread(target=count)
+    thread.start()
+    grid = torch.tensor(TORCH_GRID)
+    pixel_values = torch.randn(int(grid.prod(-1).sum()), 12, dtype=torch.float64)
+    tower = FrameTower(12, 16, 8).double()
+    ran = {}
+    try:
+        # The thread's counting rate while the main thread sleeps (GIL free): counts -> seconds.
+        start = counter[0]
+        time.sleep(0.2)
+        rate = max(1.0, (counter[0] - start) / 0.2)
+        for name, call in (
+            ("all_gather_rows", lambda: frameshard.all_gather_rows(torch.ones(2, 2), [2] * world, group)),
+            ("shard_vision", lambda: frameshard.shard_vision(tower, pixel_values, grid, group, SHARD_ALL)),
+        ):
+            dist.barrier(group)
+            if rank == world - 1:
+                time.sleep(0.5)
+            before, t0 = counter[0], time.monotonic()
+            call()
+            ran[name] = {"thread_ran_s": (counter[0] - before) / rate, "call_s": time.monotonic() - t0}
+    finally:
+        stop.set()
+        thread.join()
+    return {"during_call": ran}
+
+
 def scenario_hf(family, rank, world, group):
     torch.manual_seed(11)
     model, visual, inputs = hf_models.build(family)
@@ -212,6 +252,13 @@ def scenario_hf(family, rank, world, group):
         loss = sum((rank_weights(o, rank, 10 + i) * o).sum() for i, o in enumerate(outs))
         tensors = {"vision_%d" % i: o.detach() for i, o in enumerate(outs)}
         if full_model:
+            # Videos go through the same vision module (get_video_features).
+            video = model.model.get_video_features(
+                pixel_values_videos=inputs["pixel_values"], video_grid_thw=inputs["image_grid_thw"]
+            ).pooler_output
+            video = torch.cat(list(video), dim=0)
+            loss = loss + (rank_weights(video, rank, 4) * video).sum()
+            tensors["video"] = video.detach()
             logits = model(**inputs).logits
             loss = loss + (rank_weights(logits, rank, 3) * logits).sum()
             tensors["logits"] = logits.detach()
@@ -225,6 +272,14 @@ def scenario_hf(family, rank, world, group):
         hf.enable(model, group, SHARD_ALL)
         enabled = hf.is_enabled(model)
         out, grads = step()
+        refused = []  # must raise on every rank alike
+        pv, grid = inputs["pixel_values"], inputs["image_grid_thw"]
+        for extra in ({"cu_seqlens": torch.zeros(2, dtype=torch.int32)}, {"return_dict": False}):
+            try:
+                visual(pv, grid_thw=grid, **extra)
+                refused.append(None)
+            except frameshard.FrameshardError as e:
+                refused.append(str(e))
         hf.disable(model)
         restored = "forward" not in vars(visual)
         seen_sharded = list(seen)
@@ -238,6 +293,7 @@ def scenario_hf(family, rank, world, group):
         "transformers": __import__("transformers").__version__,
         "enabled": enabled,
         "restored": restored,
+        "refused": refused,
         "after_disable_diff": max(max_diff(a.detach(), ref_out["vision_%d" % i]) for i, a in enumerate(again)),
         "outputs": sorted(out),
         "out_diff": out_diff,
@@ -260,6 +316,7 @@ SCENARIOS = {
     "gather": scenario_gather,
     "mismatch": scenario_mismatch,
     "tower_error": scenario_tower_error,
+    "gil": scenario_gil,
 }
 for _family in hf_models.FAMILIES:
     SCENARIOS["hf_" + _family] = lambda r, w, g, _f=_family: scenario_hf(_f, r, w, g)
