@@ -54,8 +54,14 @@ if(NOT FRAMESHARD_TORCH_PREFIX)
     OUTPUT_VARIABLE _prefix OUTPUT_STRIP_TRAILING_WHITESPACE
     RESULT_VARIABLE _rc)
   if(NOT _rc EQUAL 0 OR NOT _prefix)
+    set(_hint "")
+    if(SKBUILD)
+      # pip's isolated build environment hides the environment's packages.
+      string(CONCAT _hint "; pip's build isolation hides the environment's "
+             "torch: install with `pip install --no-build-isolation .`")
+    endif()
     message(FATAL_ERROR "frameshard: expected torch in ${FRAMESHARD_PYTHON}, "
-                        "got none (exit ${_rc})")
+                        "got none (exit ${_rc})${_hint}")
   endif()
   set(FRAMESHARD_TORCH_PREFIX ${_prefix} CACHE PATH
       "torch package root (default: asked from FRAMESHARD_PYTHON)" FORCE)

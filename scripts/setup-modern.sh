@@ -27,13 +27,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${FRAMESHARD_VENV:-$root/.venv}
 uv_version=0.13.8
 
-# Top-level requirements, and the full pinned set (uv pip freeze of a working
+# Top-level requirements (scikit-build-core: the build backend of `pip install
+# --no-build-isolation .`, see pyproject.toml), and the full pinned set (uv pip freeze of a working
 # venv) as constraints, so CI installs the same versions every time.
 requirements="torch==2.15.0
 transformers==5.24.0
 safetensors==0.8.0
 numpy==2.4.6
-pytest==9.2.0"
+pytest==9.2.0
+scikit-build-core==1.1.2"
 constraints="annotated-doc==0.0.7
 annotated-types==0.8.0
 anyio==4.16.0
@@ -73,6 +75,7 @@ nvidia-nvjitlink==13.5.37
 nvidia-nvshmem-cu13==3.7.2
 nvidia-nvtx==13.2.86
 packaging==26.4
+pathspec==1.1.1
 pluggy==1.7.0
 pydantic==2.14.4
 pydantic-core==2.50.5
@@ -100,7 +103,7 @@ print_versions() {
   "$venv/bin/python" - <<'EOF'
 import sys
 from importlib.metadata import version
-names = ("torch", "transformers", "safetensors", "numpy", "pytest")
+names = ("torch", "transformers", "safetensors", "numpy", "pytest", "scikit-build-core")
 print("setup-modern: python %s (%s); %s" % (
     sys.version.split()[0], sys.prefix,
     ", ".join("%s %s" % (n, version(n)) for n in names)))

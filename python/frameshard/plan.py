@@ -1,0 +1,130 @@
+"""`plan`: the shard plan every rank computes from the same metadata, as Python objects."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence, Union
+
+import torch
+
+from . import _C
+from .config import FrameShardingConfig
+
+GridLike = Union[torch.Tensor, Sequence[Sequence[int]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameUnit:
+    """One temporal patch row (frame) of one media item: the unit assigned to a rank."""
+
+    media: int  # grid_thw row it comes from
+    frame: int  # temporal index inside that media item
+    h: int
+    w: int
+    patch_rows: int  # h * w rows of pixel_values
+    tokens: int  # h * w / merge^2 output rows
+    pixel_offset: int  # first row in the packed pixel_values
+    token_offset: int  # first row in the full (replicated) output
+
+
+@dataclasses.dataclass(frozen=True)
+class RankPlan:
+    """What one rank encodes: its units, the local grid/pixel rows/cu_seqlens fed to the tower
+    (real frames, then floor-padding and dummy zero frames) and what it gathers."""
+
+    rank: int
+    units: list[int]
+    grid: list[tuple[int, int, int]]
+    pixel_ranges: list[tuple[int, int]]  # half-open rows of the global pixel_values
+    cu_seqlens: list[int]
+    real_patch_rows: int
+    real_tokens: int  # rows this rank contributes to the gather
+    pad_frames: int
+    dummy_frames: int
+    local_patch_rows: int  # rows fed to the tower
+    local_tokens: int  # rows the tower returns
+    cost: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The shard plan (frameshard::ShardPlan): `path` is "sharded" or "replicated", `reason`
+    says why; `cuts` are the world + 1 unit boundaries of a contiguous partition (empty for lpt);
+    `gather_counts` the rows each rank contributes; `restore_rows` (empty when contiguous)
+    maps the gathered rows back to the original order."""
+
+    path: str
+    reason: str
+    world: int
+    partitioner: str
+    cost_model: str
+    grid: list[tuple[int, int, int]]
+    units: list[FrameUnit]
+    unit_costs: list[float]
+    cuts: list[int]
+    assignment: list[int]
+    rank_costs: list[float]
+    ranks: list[RankPlan]
+    gather_counts: list[int]
+    restore_rows: list[int]
+    total_patch_rows: int
+    total_tokens: int
+    fingerprint: str
+
+    @property
+    def sharded(self) -> bool:
+        return self.path == "sharded"
+
+    @property
+    def imbalance(self) -> float:
+        """Largest rank cost over the mean (1.0 is perfect)."""
+        total = sum(self.rank_costs)
+        if not self.rank_costs or total == 0:
+            return 1.0
+        return max(self.rank_costs) / (total / len(self.rank_costs))
+
+
+def plan_from_dict(d: dict[str, Any]) -> Plan:
+    """A Plan from the dict the extension returns."""
+    fields = dict(d)
+    fields["grid"] = [tuple(g) for g in d["grid"]]
+    fields["units"] = [FrameUnit(**u) for u in d["units"]]
+    ranks = []
+    for r in d["ranks"]:
+        r = dict(r)
+        r["grid"] = [tuple(g) for g in r["grid"]]
+        r["pixel_ranges"] = [tuple(x) for x in r["pixel_ranges"]]
+        ranks.append(RankPlan(**r))
+    fields["ranks"] = ranks
+    return Plan(**fields)
+
+
+def grid_tensor(grid_thw: GridLike) -> torch.Tensor:
+    """grid_thw as an int64 [n, 3] tensor (kept on its device)."""
+    if isinstance(grid_thw, torch.Tensor):
+        return grid_thw.to(torch.int64)
+    return torch.tensor([list(g) for g in grid_thw], dtype=torch.int64).reshape(-1, 3)
+
+
+def plan(
+    grid_thw: GridLike,
+    cp_size: int,
+    config: Optional[FrameShardingConfig] = None,
+    *,
+    spatial_merge_size: int = 2,
+    temporal_patch_size: int = 2,
+) -> Plan:
+    """The shard plan of `grid_thw` ([n, 3] rows (t, h, w) in patches) over `cp_size` ranks.
+
+    Pure: no communication; every rank gets the same plan from the same arguments.
+    `config=None` is `FrameShardingConfig(enabled=True)` (the schema's thresholds apply).
+    Raises FrameshardError for a bad grid or config."""
+    config = config if config is not None else FrameShardingConfig(enabled=True)
+    d = _C.plan(
+        grid_tensor(grid_thw).cpu(),
+        config.overrides(),
+        int(cp_size),
+        int(spatial_merge_size),
+        int(temporal_patch_size),
+    )
+    return plan_from_dict(d)

@@ -1,0 +1,140 @@
+"""Collectives: `all_gather_rows` (differentiable) and `shard_vision` (sharded tower call).
+
+Both are collective: every rank of the group must call them, with the same counts / grid_thw and
+config. The GIL is released while the C++ collectives run; a Python tower is called back with it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+from ._C import FrameshardError
+from .config import FrameShardingConfig
+from .plan import GridLike, Plan, grid_tensor, plan_from_dict
+
+TowerOutput = Union[torch.Tensor, Sequence[torch.Tensor]]
+Tower = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], TowerOutput]
+Timeout = Union[None, float, datetime.timedelta]
+
+
+def resolve_group(group: Optional[dist.ProcessGroup], fn: str) -> dist.ProcessGroup:
+    """`group`, or the default torch.distributed group when None."""
+    if group is not None:
+        return group
+    if not dist.is_available() or not dist.is_initialized():
+        raise FrameshardError(
+            "frameshard.%s: expected a process group or an initialized torch.distributed "
+            "default group, got neither (call torch.distributed.init_process_group)" % fn
+        )
+    return dist.distributed_c10d._get_default_group()
+
+
+def _millis(timeout: Timeout) -> int:
+    if timeout is None:
+        return 0
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    return max(1, int(round(float(timeout) * 1000)))
+
+
+def all_gather_rows(
+    tensor: torch.Tensor,
+    counts: Optional[Sequence[int]] = None,
+    group: Optional[dist.ProcessGroup] = None,
+    *,
+    timeout: Timeout = None,
+) -> torch.Tensor:
+    """Differentiable variable-size all-gather along dim 0.
+
+    Rank r passes `tensor` with counts[r] rows; every rank returns the concatenation over ranks in
+    rank order. Backward: rank r gets the SUM over ranks of the gradient of its rows (a
+    reduce-scatter-v), so with the usual gradient all-reduce the result equals the replicated path.
+    `counts=None` exchanges the counts first. Collective; any dtype; a rank may send 0 rows.
+    """
+    pg = resolve_group(group, "all_gather_rows")
+    return _C.all_gather_rows(tensor, [int(c) for c in (counts or [])], pg, _millis(timeout))
+
+
+def _trainable(tower: object) -> bool:
+    if isinstance(tower, torch.nn.Module):
+        return any(p.requires_grad for p in tower.parameters())
+    return True
+
+
+def shard_vision(
+    tower: Tower,
+    pixel_values: torch.Tensor,
+    grid_thw: GridLike,
+    group: Optional[dist.ProcessGroup] = None,
+    config: Optional[FrameShardingConfig] = None,
+    *,
+    cp_size: Optional[int] = None,
+    spatial_merge_size: int = 2,
+    temporal_patch_size: int = 2,
+    tower_trainable: Optional[bool] = None,
+    timeout: Timeout = None,
+    return_plan: bool = False,
+) -> Union[TowerOutput, tuple[TowerOutput, Plan]]:
+    """Runs `tower` on this rank's frames only and returns the gathered outputs, in order.
+
+    Args:
+        tower: any callable `tower(pixel_values, grid_thw, cu_seqlens)` that encodes each frame
+            independently. It receives the local pixel rows [local_patch_rows, features], the
+            local int64 grid_thw [rows, 3] (consecutive frames of one media item merged into one
+            (count, h, w) row, then floor-padding and dummy zero frames, whose outputs are dropped)
+            and int32 cu_seqlens (one segment per frame). It returns one [tokens, hidden] tensor
+            or a tuple/list of them (e.g. embeddings and DeepStack features), one dtype.
+        pixel_values: the packed patch rows of every media item [sum(t*h*w), features], the same
+            on every rank.
+        grid_thw: [n, 3] (t, h, w) rows in patches, the same on every rank.
+        group: the CP process group (Gloo or NCCL); None: the default torch.distributed group.
+        config: FrameShardingConfig; None means FrameShardingConfig(enabled=True). When the
+            policy says replicated, the tower runs on everything (still collective: the ranks
+            check that they agree).
+        cp_size: the CP size the config is for; must equal the group's size (every rank raises
+            otherwise). None: the group's size.
+        spatial_merge_size, temporal_patch_size: the tower's geometry (Qwen-VL: 2 and 2).
+        tower_trainable: whether the tower has trainable parameters (None: inferred for an
+            nn.Module, else True).
+        timeout: seconds (or timedelta) for the collectives; None: the group's default.
+        return_plan: also return the Plan.
+
+    Returns:
+        The gathered output [total_tokens, hidden] -- a tuple of them when the tower returns a
+        sequence -- with autograd through the gather; and the Plan if `return_plan`.
+
+    Collective over `group`. A failure on any rank (bad grid, tower exception, mismatched plans)
+    raises FrameshardError on every rank instead of hanging.
+    """
+    pg = resolve_group(group, "shard_vision")
+    config = config if config is not None else FrameShardingConfig(enabled=True)
+    returned_sequence = [False]
+
+    def call(pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> list[torch.Tensor]:
+        out = tower(pv, grid, cu)
+        if isinstance(out, torch.Tensor):
+            return [out]
+        returned_sequence[0] = True
+        return list(out)
+
+    outputs, plan_d, _ = _C.encode(
+        call,
+        pixel_values,
+        grid_tensor(grid_thw),
+        pg,
+        config.overrides(),
+        int(cp_size if cp_size is not None else pg.size()),
+        int(spatial_merge_size),
+        int(temporal_patch_size),
+        bool(_trainable(tower) if tower_trainable is None else tower_trainable),
+        _millis(timeout),
+    )
+    result: TowerOutput = tuple(outputs) if returned_sequence[0] else outputs[0]
+    if return_plan:
+        return result, plan_from_dict(plan_d)
+    return result
