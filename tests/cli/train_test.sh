@@ -9,32 +9,8 @@ set -u
 BIN=${1:?usage: train_test.sh <frameshard-binary> <repo-root>}
 ROOT=${2:?usage: train_test.sh <frameshard-binary> <repo-root>}
 PY=/usr/bin/python3
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failures=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# run NAME EXPECTED_CODE CMD... : keeps stdout/stderr in $TMP/NAME.{out,err}.
-run() {
-  local name=$1 expected=$2
-  shift 2
-  local start=$SECONDS
-  "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
-  local code=$?
-  echo "$name: $* -> exit $code ($((SECONDS - start)) s)"
-  if [ "$code" != "$expected" ]; then
-    fail "$name: expected exit $expected, got $code"
-    sed 's/^/  | /' "$TMP/$name.out" "$TMP/$name.err" | tail -30 >&2
-    return 1
-  fi
-  return 0
-}
-expect_out() { grep -Eq -- "$2" "$TMP/$1.out" || fail "$1: stdout lacks /$2/"; }
-expect_err() { grep -Eq -- "$2" "$TMP/$1.err" || fail "$1: stderr lacks /$2/"; }
+# shellcheck source=tests/cli/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # A smaller batch than the embedded default so that CI stays quick; the
 # model and everything else are the default's.
@@ -42,7 +18,7 @@ SMALL=(--data.scale 12 --train.steps 4)
 
 # 1. The A/B: both arms, JSON with the ratios and per-arm series; the
 #    losses agree within 1e-5 at every step (float32).
-if run ab 0 "$BIN" ab "${SMALL[@]}" --json --plot "$TMP/ab.svg"; then
+if run_cmd ab 0 "$BIN" ab "${SMALL[@]}" --json --plot "$TMP/ab.svg"; then
   "$PY" - "$TMP/ab.out" <<'PYEOF' || fail "ab: JSON checks failed"
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -69,23 +45,23 @@ PYEOF
 fi
 
 # 2. The text report: progress lines and the summary table.
-if run ab_text 0 "$BIN" ab "${SMALL[@]}" --train.steps 2 --plot ""; then
+if run_cmd ab_text 0 "$BIN" ab "${SMALL[@]}" --train.steps 2 --plot ""; then
   expect_out ab_text '^\[#+-*\] step 2/2 sharded'
   expect_out ab_text '^  vision time +[0-9.]+ s +[0-9.]+ s +[0-9.]+$'
   expect_out ab_text 'largest per-step loss difference'
 fi
 
 # 3. train on one arm, the recipe's; sharding off by a dotted override.
-if run train_off 0 "$BIN" train "${SMALL[@]}" --train.steps 2 \
+if run_cmd train_off 0 "$BIN" train "${SMALL[@]}" --train.steps 2 \
     --distributed.multimodal.vision.frame_sharding.enabled false; then
   expect_out train_off 'vision path replicated'
 fi
 
 # 4. DP x CP: two replicas of CP 2 (4 ranks; CP subgroups) train like two
 #    replicas of CP 1: the same losses (each replica has its own batch).
-if run dp2cp2 0 "$BIN" train "${SMALL[@]}" --train.steps 2 --json \
+if run_cmd dp2cp2 0 "$BIN" train "${SMALL[@]}" --train.steps 2 --json \
     --distributed.dp_size 2 --distributed.cp_size 2 &&
-  run dp2cp1 0 "$BIN" train "${SMALL[@]}" --train.steps 2 --json \
+  run_cmd dp2cp1 0 "$BIN" train "${SMALL[@]}" --train.steps 2 --json \
     --distributed.dp_size 2 --distributed.cp_size 1; then
   "$PY" - "$TMP/dp2cp2.out" "$TMP/dp2cp1.out" <<'PYEOF' || fail "dp: losses differ"
 import json, sys
@@ -101,7 +77,7 @@ fi
 # 5. Under torchrun --no-python: the same binary, one process per rank.
 TORCHRUN=$ROOT/.venv/bin/torchrun
 if [ -x "$TORCHRUN" ]; then
-  if run torchrun 0 "$TORCHRUN" --no-python --standalone \
+  if run_cmd torchrun 0 "$TORCHRUN" --no-python --standalone \
       --nproc-per-node 2 "$BIN" train "${SMALL[@]}" --train.steps 2 --json; then
     grep -q '"plan_path": "sharded"' "$TMP/torchrun.out" ||
       fail "torchrun: no sharded run reported"
@@ -111,23 +87,19 @@ elif [ -n "${CI:-}" ]; then
 fi
 
 # 6. Errors: bad arguments, recipes and manifests name the field.
-run bad_key 2 "$BIN" train --model.text_layers -2
+run_cmd bad_key 2 "$BIN" train --model.text_layers -2
 expect_err bad_key 'model.text_layers: expected'
-run bad_option 2 "$BIN" ab --bogus 1
+run_cmd bad_option 2 "$BIN" ab --bogus 1
 expect_err bad_option 'got unknown option --bogus'
-run bad_nproc 2 "$BIN" train --nproc-per-node 3
+run_cmd bad_nproc 2 "$BIN" train --nproc-per-node 3
 expect_err bad_nproc 'expected --nproc-per-node to equal distributed.dp_size x cp_size = 2'
 printf 'model:\n  tower: qwen9\n' >"$TMP/bad.yaml"
-run bad_recipe 2 "$BIN" train "$TMP/bad.yaml"
+run_cmd bad_recipe 2 "$BIN" train "$TMP/bad.yaml"
 expect_err bad_recipe 'model.tower'
 printf '{"grid_thw": [[1, 27, 28]]}\n' >"$TMP/bad.jsonl"
-run bad_manifest 2 "$BIN" train --data.manifest "$TMP/bad.jsonl"
+run_cmd bad_manifest 2 "$BIN" train --data.manifest "$TMP/bad.jsonl"
 expect_err bad_manifest 'bad.jsonl:1: grid_thw\[0\]'
-run missing_recipe 2 "$BIN" ab "$TMP/none.yaml"
+run_cmd missing_recipe 2 "$BIN" ab "$TMP/none.yaml"
 expect_err missing_recipe 'none.yaml'
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "all train/ab checks passed"
+finish train_test

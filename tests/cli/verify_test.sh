@@ -6,37 +6,13 @@ set -u
 
 BIN=${1:?usage: verify_test.sh <frameshard-binary> <repo-root>}
 PY=/usr/bin/python3
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failures=0
+# shellcheck source=tests/cli/lib.sh
+source "$(dirname "$0")/lib.sh"
 
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# run NAME EXPECTED_CODE ARGS... : runs `frameshard verify ARGS`, keeps
-# stdout in $TMP/NAME.out and stderr in $TMP/NAME.err.
-run() {
+run() {  # NAME EXPECTED_CODE VERIFY_ARGS...
   local name=$1 expected=$2
   shift 2
-  local start=$SECONDS
-  "$BIN" verify "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
-  local code=$?
-  echo "verify $* -> exit $code ($((SECONDS - start)) s)"
-  if [ "$code" != "$expected" ]; then
-    fail "$name: expected exit $expected, got $code"
-    sed 's/^/  | /' "$TMP/$name.out" "$TMP/$name.err" | tail -30 >&2
-    return 1
-  fi
-  return 0
-}
-
-expect_out() {  # NAME PATTERN
-  grep -Eq -- "$2" "$TMP/$1.out" || fail "$1: stdout lacks /$2/"
-}
-expect_err() {  # NAME PATTERN
-  grep -Eq -- "$2" "$TMP/$1.err" || fail "$1: stderr lacks /$2/"
+  run_cmd "$name" "$expected" "$BIN" verify "$@"
 }
 
 # 1. The criterion of issue 3: three ranks, the mixed preset, float64.
@@ -182,8 +158,4 @@ grep -q 'dtype' "$TMP/baddtype.err" || fail "baddtype: no message"
 [ $? -ne 0 ] || fail "both: --preset with --workload accepted"
 grep -q 'excludes' "$TMP/both.err" || fail "both: no message"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "verify_test: all checks passed"
+finish verify_test
