@@ -37,6 +37,7 @@ struct TrainArgs {
   int nproc_per_node = 0;  // 0: dp_size x cp_size
   std::string plot = "frameshard_ab.svg";
   std::string backend = "auto";
+  std::string model_dir;  // --model-dir: model.model_dir
   bool print_config = false;
   // Hidden worker mode.
   int worker_rank = -1;
@@ -58,6 +59,9 @@ train::TrainConfig resolve_recipe(
       },
       command,
       "distributed.multimodal.vision.frame_sharding.enabled false");
+  if (!a.model_dir.empty()) {
+    train::apply_train_override(cfg, "model.model_dir", a.model_dir);
+  }
   if (a.steps >= 0) {
     FRAMESHARD_CHECK(
         a.steps >= 1, command, "expected --steps >= 1, got ", a.steps);

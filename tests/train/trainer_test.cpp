@@ -4,6 +4,7 @@
 // disagreeing recipes fail on every rank.
 #include <frameshard/train/trainer.h>
 
+#include "testing/qwen_fixtures.h"
 #include "testing/run_ranks.h"
 #include "testing/tensors.h"
 
@@ -160,6 +161,31 @@ TEST(Trainer, MegatronVisionDpOverCpMatchesReplicated) {
     EXPECT_NEAR(rep.losses[s], mg.losses[s], 1e-5) << "step " << s;
   }
   EXPECT_LE(max_grad_diff(rep, mg), 1e-5);
+}
+
+TEST(Trainer, AHuggingFaceCheckpointsTowerTrainsInBothArmsAlike) {
+  // model.model_dir: the tower of a checkpoint (a tiny Qwen3-VL with two
+  // DeepStack mergers, width 24) replaces the random one; the decoder takes
+  // its width.
+  testing::TemporaryDirectory dir;
+  const auto cfg = testing::tiny_config(models::QwenFamily::kQwen3VL);
+  testing::write_model_dir(dir.path(),
+                           testing::random_model(cfg, at::kFloat, 3),
+                           "model.visual.");
+  auto c = tiny_config(2, "float32");
+  c.model.model_dir = dir.path();
+  c.model.text_hidden = 24;
+  c.model.text_heads = 2;
+  const ArmResult rep = run_arm(c, false, 2);
+  const ArmResult sh = run_arm(c, true, 2);
+  EXPECT_EQ(sh.plan_path, "sharded");
+  for (size_t s = 0; s < rep.losses.size(); ++s) {
+    EXPECT_NEAR(rep.losses[s], sh.losses[s], 1e-5) << "step " << s;
+  }
+  EXPECT_LE(max_grad_diff(rep, sh), 1e-5);
+  // The checkpoint's tensors are what the tower trains (HF names).
+  EXPECT_EQ(sh.grads.count("tower.deepstack_merger_list.1.norm.weight"), 1u);
+  EXPECT_EQ(sh.grads.at("decoder.embed.weight").size(1), 24);
 }
 
 TEST(Trainer, GroupSmallerThanTheRecipeRaisesOnEveryRank) {
