@@ -169,9 +169,8 @@ TEST(Trainer, AHuggingFaceCheckpointsTowerTrainsInBothArmsAlike) {
   // its width.
   testing::TemporaryDirectory dir;
   const auto cfg = testing::tiny_config(models::QwenFamily::kQwen3VL);
-  testing::write_model_dir(dir.path(),
-                           testing::random_model(cfg, at::kFloat, 3),
-                           "model.visual.");
+  testing::write_model_dir(
+      dir.path(), testing::random_model(cfg, at::kFloat, 3), "model.visual.");
   auto c = tiny_config(2, "float32");
   c.model.model_dir = dir.path();
   c.model.text_hidden = 24;

@@ -49,8 +49,8 @@
 // rules: vision_hidden / vision_heads a multiple of 4 (2-D rotary),
 // text_hidden / text_heads even, deepstack_layers <= vision_depth (qwen3-vl;
 // other towers ignore it), vocab_size >= 3 (ids 0 and 1 are padding and
-// media). With model_dir set, the vision_* sizes are the checkpoint's and the decoder
-// takes the tower's output width instead of text_hidden.
+// media). With model_dir set, the vision_* sizes are the checkpoint's and the
+// decoder takes the tower's output width instead of text_hidden.
 //
 // Every error names the full key path, what was expected and what was given
 // (and "in FILE:LINE" for files), as frameshard/config.h does; unknown keys
