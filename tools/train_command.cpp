@@ -18,6 +18,7 @@
 #include "train_launch.h"
 
 #include <frameshard/error.h>
+#include <frameshard/runtime/process_group.h>
 #include <frameshard/train/train_config.h>
 
 #include <fstream>

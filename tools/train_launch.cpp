@@ -150,17 +150,6 @@ int report_ab(const TrainRun& run, const ArmRecord& rep, const ArmRecord& sh) {
 
 }  // namespace
 
-bool launcher_env_present() {
-  for (const char* v :
-       {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
-    const char* x = std::getenv(v);
-    if (x != nullptr && *x != '\0') {
-      return true;
-    }
-  }
-  return false;
-}
-
 int run_train_rank(
     const TrainRun& run, const std::string& store_path, int rank, int world) {
   train::install_counting_cpu_allocator();

@@ -24,9 +24,6 @@ struct TrainRun {
   int local_world = 1;           // ranks on this node (threads per rank)
 };
 
-/// Whether a launcher's rank variables are set (RANK, SLURM_PROCID, ...).
-bool launcher_env_present();
-
 /// Runs one rank: `store_path` non-empty = a spawned local worker of
 /// `world` ranks with rank `rank`; else the launcher's environment.
 /// Returns the exit code (0; 1 when ab's losses differ beyond 1e-5 in

@@ -153,6 +153,16 @@ const LauncherVars& detect_launcher() {
 
 }  // namespace
 
+bool launcher_env_present() {
+  for (const auto& l : kLaunchers) {
+    const char* v = std::getenv(l.rank);
+    if (v != nullptr && *v != '\0') {
+      return true;
+    }
+  }
+  return false;
+}
+
 LaunchEnv read_launch_env() {
   LaunchEnv env;
   const LauncherVars& l = detect_launcher();

@@ -85,6 +85,9 @@ struct LaunchEnv {
   int master_port = 29500;
 };
 LaunchEnv read_launch_env();
+/// Whether any launcher's rank variable (RANK, SLURM_PROCID,
+/// OMPI_COMM_WORLD_RANK, PMI_RANK) is set: a process started by a launcher.
+bool launcher_env_present();
 
 /// The TCPStore at env.master_addr:master_port (rank 0 hosts it, unless
 /// torchrun's agent does: TORCHELASTIC_USE_AGENT_STORE=True), e.g. for
