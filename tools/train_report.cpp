@@ -84,6 +84,14 @@ ArmSummary summarize(const ArmRecord& arm) {
           std::max(s.vision_peak_bytes, ranks[r].vision_peak_bytes);
     }
   }
+  for (const auto& ranks : arm.steps) {
+    for (const auto& r : ranks) {
+      s.visual_bytes_total += r.visual_bytes_received;
+      s.allgather_bytes_total += r.allgather_bytes_received;
+    }
+  }
+  s.visual_bytes_per_step =
+      measured_mean(arm, [](const auto& m) { return m.visual_bytes_received; });
   if (!arm.steps.empty()) {
     for (const auto& r : arm.steps.back()) {
       s.tower_rows_per_rank.push_back(r.tower_rows);
@@ -145,6 +153,16 @@ void print_train_summary(std::ostream& os, const ArmRecord& arm) {
   os << "  decoder time     " << fmt("%.3f s", s.decoder_seconds) << "\n";
   os << "  peak bytes       " << mib(s.peak_bytes) << "\n";
   os << "  vision peak      " << mib(s.vision_peak_bytes) << "\n";
+  os << "  visual bytes in  "
+     << mib(static_cast<int64_t>(s.visual_bytes_per_step)) << " per step";
+  if (s.allgather_bytes_total > 0) {
+    os << " ("
+       << ratio_text(
+              static_cast<double>(s.visual_bytes_total),
+              static_cast<double>(s.allgather_bytes_total))
+       << " of the all-gather's)";
+  }
+  os << "\n";
   os << "  rank  tower rows  peak\n";
   for (size_t r = 0; r < s.peak_bytes_per_rank.size(); ++r) {
     char buf[128];
@@ -234,8 +252,21 @@ void print_ab_summary(
       ratio_text(
           static_cast<double>(s.vision_peak_bytes),
           static_cast<double>(r.vision_peak_bytes)));
+  row("visual bytes in",
+      mib(static_cast<int64_t>(r.visual_bytes_per_step)),
+      mib(static_cast<int64_t>(s.visual_bytes_per_step)),
+      s.allgather_bytes_total > 0
+          ? ratio_text(
+                static_cast<double>(s.visual_bytes_total),
+                static_cast<double>(s.allgather_bytes_total)) +
+                "*"
+          : "");
   os << "  vision path: replicated arm " << r.plan_path << ", sharded arm "
      << s.plan_path << "\n";
+  if (s.allgather_bytes_total > 0) {
+    os << "  * visual bytes in: received over what the all-gather would move "
+          "(all steps and ranks)\n";
+  }
   os << "  largest per-step loss difference: "
      << fmt("%.3g", loss_max_abs_diff(replicated, sharded)) << "\n";
 }
@@ -261,6 +292,17 @@ nlohmann::json arm_json(const ArmRecord& arm) {
     losses.push_back(ranks.front().loss);
   }
   j["losses"] = losses;
+  std::vector<std::vector<int64_t>> received;
+  for (const auto& ranks : arm.steps) {
+    received.emplace_back();
+    for (const auto& m : ranks) {
+      received.back().push_back(m.visual_bytes_received);
+    }
+  }
+  j["visual_bytes_received"] = received;
+  j["visual_bytes_ratio"] = ratio(
+      static_cast<double>(s.visual_bytes_total),
+      static_cast<double>(s.allgather_bytes_total));
   j["peak_bytes_per_rank"] = s.peak_bytes_per_rank;
   j["tower_rows_per_rank"] = s.tower_rows_per_rank;
   j["mean_step_seconds"] = s.step_seconds;

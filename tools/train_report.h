@@ -33,7 +33,13 @@ struct ArmSummary {
   int64_t vision_peak_bytes = 0;  // max over steps and ranks
   std::vector<int64_t> peak_bytes_per_rank;
   std::vector<int64_t> tower_rows_per_rank;  // of the last step
-  std::string plan_path;                     // of the last step
+  // Visual bytes received per step (mean over steps of the largest rank's)
+  // and their total over steps and ranks against what the all-gather would
+  // have moved.
+  double visual_bytes_per_step = 0.0;
+  int64_t visual_bytes_total = 0;
+  int64_t allgather_bytes_total = 0;
+  std::string plan_path;  // of the last step
 };
 
 ArmSummary summarize(const ArmRecord& arm);
@@ -50,7 +56,9 @@ void print_ab_summary(
 
 /// Per arm: plan_path, step_seconds, vision_seconds, gather_seconds,
 /// decoder_seconds (per step, slowest rank), peak_bytes (per step, max over
-/// ranks), peak_bytes_per_rank, losses, and the summary means.
+/// ranks), peak_bytes_per_rank, losses, visual_bytes_received (per step,
+/// per rank), visual_bytes_ratio (received over what the all-gather would
+/// move; 1 for gather: all, 0 when nothing moved), and the summary means.
 nlohmann::json arm_json(const ArmRecord& arm);
 /// {"replicated": arm, "sharded": arm, "vision_time_ratio", "step_time_ratio",
 /// "gather_time_ratio", "peak_bytes_ratio", "vision_peak_bytes_ratio",

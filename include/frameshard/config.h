@@ -18,6 +18,10 @@
 //           cost_alpha: auto    # or n >= 0, a tower preset, "automodel",
 //                               # "automodel:<preset>", "quadratic:a,b,c"
 //           partitioner: optimal  # * optimal | greedy | count | lpt
+//           gather: all           # * all: every rank gets every visual
+//                                 # row; owner: each row goes only to the
+//                                 # rank owning its sequence position
+//                                 # (frameshard/owner_route.h)
 //           tower: qwen3-vl       # * tower whose FLOPs "auto" counts
 //
 // Every error names the full key path, what was expected and what was given:
@@ -55,6 +59,7 @@ struct FrameShardingConfig {
   int64_t min_local_patch_rows = 96;
   std::string cost_alpha = "auto";
   std::string partitioner = "optimal";
+  std::string gather = "all";
   std::string tower = "qwen3-vl";
 };
 

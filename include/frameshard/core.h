@@ -15,6 +15,7 @@
 #include <frameshard/cost.h>
 #include <frameshard/error.h>
 #include <frameshard/frames.h>
+#include <frameshard/owner_route.h>
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>
 #include <frameshard/policy.h>

@@ -20,7 +20,7 @@ from . import _C
 from ._C import FrameshardError
 from .config import FrameShardingConfig, parse_yaml
 from .plan import FrameUnit, Plan, RankPlan, plan
-from .shard import all_gather_rows, shard_vision
+from .shard import all_gather_rows, shard_vision, visual_token_owners
 
 __version__ = "0.1.0"
 
@@ -44,4 +44,5 @@ __all__ = [
     "parse_yaml",
     "plan",
     "shard_vision",
+    "visual_token_owners",
 ]

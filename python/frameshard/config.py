@@ -55,6 +55,8 @@ class FrameShardingConfig:
         cost_alpha: the per-frame cost model: "auto", a number >= 0, a tower preset,
             "automodel", "automodel:<preset>" or "quadratic:a,b,c".
         partitioner: "optimal" (exact contiguous), "greedy", "count" or "lpt".
+        gather: "all" (every rank receives every visual row) or "owner" (each row goes only to
+            the rank whose sequence shard uses it; shard_vision then needs token_owner).
         tower: the tower whose FLOPs "auto" counts (e.g. "qwen3-vl").
 
     Construction validates every field (FrameshardError with the YAML message).
@@ -67,6 +69,7 @@ class FrameShardingConfig:
     min_local_patch_rows: int = 96
     cost_alpha: Union[str, float] = "auto"
     partitioner: str = "optimal"
+    gather: str = "all"
     tower: str = "qwen3-vl"
 
     def __post_init__(self) -> None:

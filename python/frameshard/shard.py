@@ -79,6 +79,7 @@ def shard_vision(
     tower_trainable: Optional[bool] = None,
     timeout: Timeout = None,
     return_plan: bool = False,
+    token_owner: Optional[Sequence[int]] = None,
 ) -> Union[TowerOutput, tuple[TowerOutput, Plan]]:
     """Runs `tower` on this rank's frames only and returns the gathered outputs, in order.
 
@@ -103,6 +104,10 @@ def shard_vision(
             nn.Module, else True).
         timeout: seconds (or timedelta) for the collectives; None: the group's default.
         return_plan: also return the Plan.
+        token_owner: with config.gather == "owner", the CP rank that consumes each visual
+            token (e.g. visual_token_owners from the sequence positions of the visual tokens);
+            each rank then receives only its rows, in ascending token order, by one all-to-all
+            whose backward returns every gradient row to the rank that encoded it.
 
     Returns:
         The gathered output [total_tokens, hidden] -- a tuple of them when the tower returns a
@@ -113,6 +118,12 @@ def shard_vision(
     """
     pg = resolve_group(group, "shard_vision")
     config = config if config is not None else FrameShardingConfig(enabled=True)
+    if (config.gather == "owner") != (token_owner is not None):
+        raise FrameshardError(
+            "frameshard.shard_vision: expected token_owner exactly when config.gather is "
+            "'owner', got gather=%r and token_owner %s"
+            % (config.gather, "given" if token_owner is not None else "None")
+        )
     returned_sequence = [False]
 
     def call(pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> list[torch.Tensor]:
@@ -122,7 +133,7 @@ def shard_vision(
         returned_sequence[0] = True
         return list(out)
 
-    outputs, plan_d, _ = _C.encode(
+    outputs, plan_d, _, _ = _C.encode(
         call,
         pixel_values,
         grid_tensor(grid_thw),
@@ -133,8 +144,25 @@ def shard_vision(
         int(temporal_patch_size),
         bool(_trainable(tower) if tower_trainable is None else tower_trainable),
         _millis(timeout),
+        [int(o) for o in token_owner] if token_owner is not None else [],
     )
     result: TowerOutput = tuple(outputs) if returned_sequence[0] else outputs[0]
     if return_plan:
         return result, plan_from_dict(plan_d)
     return result
+
+
+def visual_token_owners(
+    media_positions: Sequence[int], seq_len: int, cp_size: int, split: str = "load_balanced"
+) -> list[int]:
+    """The CP rank that owns each visual token, for shard_vision(..., token_owner=...).
+
+    Args:
+        media_positions: the sequence positions of the visual tokens, ascending (e.g. where
+            input_ids equals the image or video token id).
+        seq_len: the sequence length (a multiple of cp_size, of 2 * cp_size for load_balanced).
+        cp_size: the CP size.
+        split: "load_balanced" (2 x CP chunks, rank r holds chunks r and 2CP-1-r) or
+            "contiguous".
+    """
+    return list(_C.visual_token_owners([int(p) for p in media_positions], int(seq_len), int(cp_size), split))

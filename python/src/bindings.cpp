@@ -25,6 +25,7 @@
 // the message every rank raises.
 #include <frameshard/config.h>
 #include <frameshard/error.h>
+#include <frameshard/owner_route.h>
 #include <frameshard/plan.h>
 #include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/gather.h>
@@ -83,6 +84,7 @@ py::dict fields_dict(const FrameShardingConfig& fs) {
   d["min_local_patch_rows"] = fs.min_local_patch_rows;
   d["cost_alpha"] = fs.cost_alpha;
   d["partitioner"] = fs.partitioner;
+  d["gather"] = fs.gather;
   d["tower"] = fs.tower;
   return d;
 }
@@ -233,8 +235,10 @@ py::tuple encode_binding(
     int64_t spatial_merge_size,
     int64_t temporal_patch_size,
     bool tower_trainable,
-    int64_t timeout_ms) {
+    int64_t timeout_ms,
+    const std::vector<int64_t>& token_owner) {
   EncodeOptions o;
+  o.token_owner = token_owner;
   o.plan = plan_options_from(
       overrides, cp_size, spatial_merge_size, temporal_patch_size);
   o.tower_trainable = tower_trainable;
@@ -245,7 +249,8 @@ py::tuple encode_binding(
     py::gil_scoped_release no_gil;
     res = encode(cpp_tower, pixel_values, grid_thw, group, o);
   }
-  return py::make_tuple(res.outputs, plan_dict(res.plan), res.bytes_sent);
+  return py::make_tuple(
+      res.outputs, plan_dict(res.plan), res.bytes_sent, res.tokens);
 }
 
 // ---------------------------------------------------------------- module
@@ -311,8 +316,24 @@ Collective; the GIL is released while it runs.)doc");
       py::arg("temporal_patch_size"),
       py::arg("tower_trainable"),
       py::arg("timeout_ms") = 0,
+      py::arg("token_owner") = std::vector<int64_t>{},
       R"doc(frameshard::encode with a Python tower: returns
-(outputs, plan dict, bytes sent). Collective.)doc");
+(outputs, plan dict, bytes sent, owned token indices). With token_owner
+(one CP rank per visual token) each rank gets only its rows. Collective.)doc");
+  m.def(
+      "visual_token_owners",
+      [](const std::vector<int64_t>& positions,
+         int64_t seq_len,
+         int64_t cp,
+         const std::string& split) {
+        return visual_token_owners(
+            positions, seq_len, cp, parse_sequence_split(split, "split"));
+      },
+      py::arg("media_positions"),
+      py::arg("seq_len"),
+      py::arg("cp_size"),
+      py::arg("split"),
+      R"doc(The CP rank owning each visual token (frameshard/owner_route.h).)doc");
 }
 
 }  // namespace

@@ -123,6 +123,24 @@ std::vector<Rule> build_rules() {
         check_partitioner(v, v, p);
       }});
   rules.push_back(Rule{
+      fs_key("gather"),
+      [](const YAML::Node& n,
+         const std::string& p,
+         Config& c,
+         const Source& s) {
+        const std::string v = read_string(n, "all or owner", p, s);
+        if (v != "all" && v != "owner") {
+          config_error(p, "all or owner", render(n), s.at(n));
+        }
+        c.frame_sharding.gather = v;
+      },
+      [](const Config& c, const std::string& p) {
+        const auto& v = c.frame_sharding.gather;
+        if (v != "all" && v != "owner") {
+          config_error(p, "all or owner", quote(v));
+        }
+      }});
+  rules.push_back(Rule{
       fs_key("tower"),
       [](const YAML::Node& n,
          const std::string& p,
@@ -404,6 +422,7 @@ std::string to_yaml(const Config& config) {
     out << fs.cost_alpha;
   }
   out << YAML::Key << "partitioner" << YAML::Value << fs.partitioner;
+  out << YAML::Key << "gather" << YAML::Value << fs.gather;
   out << YAML::Key << "tower" << YAML::Value << fs.tower;
   out << YAML::EndMap << YAML::EndMap << YAML::EndMap;
   out << YAML::EndMap << YAML::EndMap;

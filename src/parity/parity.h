@@ -5,9 +5,10 @@
 // frameshard::encode on every rank and through the replicated path in one
 // process, and measures, in float64, how far apart they are:
 //   * rank-specific losses on different rows: rank q's loss uses the gathered
-//     rows i with i % world == q of every output, weighted by rank-specific
-//     random weights (a sequence shard, as under CP), so a backward that
-//     returned only a rank's own rows' gradient would fail;
+//     rows it owns (i % world == q, or spec.token_owner; with
+//     spec.route_to_owner encode delivers only those), weighted by
+//     rank-specific random weights (a sequence shard, as under CP), so a
+//     backward that returned only a rank's own rows' gradient would fail;
 //   * the replicated reference: the tower on every row, loss = the sum over q
 //     of the rank losses (run on rank 0);
 //   * output diffs (every rank's gathered outputs vs the reference, max over
@@ -111,6 +112,12 @@ struct ParitySpec {
   std::chrono::milliseconds timeout{0};
   /// Names of the outputs in the report; missing ones are "output<k>".
   std::vector<std::string> output_names;
+  /// Which rank's loss uses each token (the sequence shard it falls in);
+  /// empty: token i belongs to rank i % world.
+  std::vector<int64_t> token_owner;
+  /// Encode with EncodeOptions::token_owner: each rank receives only its
+  /// rows (an all-to-all) instead of all of them (the all-gather).
+  bool route_to_owner = false;
 };
 
 /// What every rank shares: the same on every rank, drawn without
@@ -121,8 +128,13 @@ struct ParityProblem {
   at::Tensor pixel_values;      // [patch rows, in_features], spec.dtype
   at::Tensor grid_thw;          // int64 [media, 3]
   std::vector<int64_t> widths;  // of the tower's outputs
-  /// [rank q][output k]: float64 [rows i % world == q, widths[k]].
+  /// spec.token_owner, or i % world: the rank whose loss uses token i.
+  std::vector<int64_t> owner;
+  /// [rank q][output k]: float64 [rows owned by q, widths[k]].
   std::vector<std::vector<at::Tensor>> weights;
+
+  /// The tokens rank q owns, ascending, as an int64 tensor.
+  at::Tensor owned_rows(int q) const;
 
   int world() const {
     return static_cast<int>(spec.plan.world);
@@ -151,14 +163,17 @@ ParitySetup prepare(
     const TowerFactory& factory,
     const std::vector<int>& local_ranks);
 
-/// Rank q's loss on `outputs` (full, original order), in float64: rows
-/// i % world == q of every output times weights[q][k], summed. `row_mask`
-/// (float64 [tokens, 1], optional) multiplies the rows first.
+/// Rank q's loss on `outputs` (full, original order), in float64: the rows
+/// q owns (problem.owner) of every output times weights[q][k], summed.
+/// `row_mask` (float64 [tokens, 1], optional) multiplies the rows first.
+/// `owned_only`: `outputs` already holds just q's rows, ascending (encode
+/// with token_owner).
 at::Tensor rank_loss(
     const ParityProblem& problem,
     const std::vector<at::Tensor>& outputs,
     int q,
-    const at::Tensor& row_mask = at::Tensor());
+    const at::Tensor& row_mask = at::Tensor(),
+    bool owned_only = false);
 
 /// One output or parameter gradient, sharded vs replicated, in float64.
 struct TensorDiff {

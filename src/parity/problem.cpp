@@ -58,7 +58,7 @@ void draw_inputs(ParityProblem& p) {
           : 1.0;
   p.weights.assign(world, {});
   for (int q = 0; q < world; ++q) {
-    const int64_t mine = std::max<int64_t>((tokens - q + world - 1) / world, 0);
+    const int64_t mine = std::count(p.owner.begin(), p.owner.end(), q);
     for (int64_t width : p.widths) {
       at::Tensor w = torch::randn({mine, width}, torch::kDouble);
       p.weights[q].push_back(p.spec.normalize_weights ? w * scale : w);
@@ -118,6 +118,20 @@ ParitySetup prepare(
   s.problem.spec = spec;
   s.problem.frames = expand_frames(spec.grid, spec.plan.layout);
   s.problem.grid_thw = grid_to_tensor(spec.grid);
+  s.problem.owner = spec.token_owner;
+  if (s.problem.owner.empty()) {
+    for (int64_t i = 0; i < s.problem.frames.total_tokens; ++i) {
+      s.problem.owner.push_back(i % world);
+    }
+  }
+  FRAMESHARD_TORCH_CHECK(
+      static_cast<int64_t>(s.problem.owner.size()) ==
+          s.problem.frames.total_tokens,
+      kFn,
+      "expected token_owner to have one entry per token (",
+      s.problem.frames.total_tokens,
+      "), got ",
+      s.problem.owner.size());
   s.towers.resize(world);
   bool first = true;
   for (int r : local_ranks) {
@@ -147,21 +161,30 @@ ParitySetup prepare(
   return s;
 }
 
+at::Tensor ParityProblem::owned_rows(int q) const {
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < owner.size(); ++i) {
+    if (owner[i] == q) {
+      rows.push_back(static_cast<int64_t>(i));
+    }
+  }
+  return torch::tensor(rows, torch::kLong);
+}
+
 at::Tensor rank_loss(
     const ParityProblem& problem,
     const std::vector<at::Tensor>& outputs,
     int q,
-    const at::Tensor& row_mask) {
+    const at::Tensor& row_mask,
+    bool owned_only) {
   at::Tensor loss = torch::zeros({}, torch::kDouble);
+  const at::Tensor rows = problem.owned_rows(q);
   for (size_t k = 0; k < outputs.size(); ++k) {
-    // Rank q owns rows q, q + world, ...: none when q >= rows (fewer tokens
-    // than ranks), and torch's arange refuses a start past its end.
-    const int64_t n = outputs[k].size(0);
-    at::Tensor rows =
-        torch::arange(std::min<int64_t>(q, n), n, problem.world());
-    at::Tensor mine = outputs[k]
-                          .index_select(0, rows.to(outputs[k].device()))
-                          .to(torch::kCPU, torch::kDouble);
+    at::Tensor mine = owned_only
+                          ? outputs[k].to(torch::kCPU, torch::kDouble)
+                          : outputs[k]
+                                .index_select(0, rows.to(outputs[k].device()))
+                                .to(torch::kCPU, torch::kDouble);
     if (row_mask.defined()) {
       mine = mine * row_mask.index_select(0, rows);
     }

@@ -37,6 +37,9 @@ RankParity run_sharded(
   EncodeOptions eo;
   eo.plan = p.spec.plan;
   eo.timeout = p.spec.timeout;
+  if (p.spec.route_to_owner) {
+    eo.token_owner = p.owner;
+  }
   eo.tower_trainable = false;
   for (const auto& t : tower.parameters) {
     eo.tower_trainable = eo.tower_trainable || t.requires_grad();
@@ -51,7 +54,8 @@ RankParity run_sharded(
   out.encode = encode(counted, pixels, p.grid_thw, encode_group, eo);
   call(options.after_encode);
   const auto t1 = Clock::now();
-  at::Tensor loss = rank_loss(p, out.encode.outputs, rank);
+  at::Tensor loss = rank_loss(
+      p, out.encode.outputs, rank, at::Tensor(), p.spec.route_to_owner);
   if (options.loss_scale != 1.0) {
     loss = loss * options.loss_scale;
   }
@@ -148,12 +152,20 @@ std::vector<TensorDiff> compare_outputs(
     const std::string name = k < p.spec.output_names.size()
                                  ? p.spec.output_names[k]
                                  : "output" + std::to_string(k);
+    // Rank 0's rows: all of them, or (route_to_owner) the ones it owns.
+    at::Tensor rows;
+    if (p.spec.route_to_owner) {
+      rows = p.owned_rows(0);
+    }
+    auto mine = [&rows](const at::Tensor& t) {
+      return t.defined() && rows.defined() ? t.index_select(0, rows) : t;
+    };
     diffs.push_back(make_diff(
         name,
         max_diffs[static_cast<int64_t>(k)].item<double>(),
         outputs[k].detach().to(torch::kDouble),
-        ref.outputs.narrow(1, col, w),
-        narrow_or_undefined(ref.exact_outputs, 1, col, w)));
+        mine(ref.outputs.narrow(1, col, w)),
+        mine(narrow_or_undefined(ref.exact_outputs, 1, col, w))));
     col += w;
   }
   return diffs;
@@ -267,8 +279,13 @@ RankParity run_rank(
     std::vector<at::Tensor> v{ref_outputs};
     group->broadcast(v)->wait();
   }
-  at::Tensor out_diffs =
-      output_diffs(p, mine.encode.outputs, ref_outputs, rank);
+  // With route_to_owner a rank holds only its own rows.
+  at::Tensor out_diffs = output_diffs(
+      p,
+      mine.encode.outputs,
+      p.spec.route_to_owner ? ref_outputs.index_select(0, p.owned_rows(rank))
+                            : ref_outputs,
+      rank);
   allreduce(group, out_diffs, c10d::ReduceOp::MAX);
   // Per-rank figures, each rank filling its slot.
   at::Tensor figures = torch::zeros({world, 4}, torch::kDouble);

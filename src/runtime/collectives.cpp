@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <functional>
+#include <numeric>
 #include <string>
 
 namespace frameshard {
@@ -108,6 +109,49 @@ std::vector<at::Tensor> allgather_equal(
   });
   wait_for(work, group, timeout, fn, "allgather");
   return outputs[0];
+}
+
+namespace {
+int64_t product(c10::IntArrayRef sizes) {
+  return std::accumulate(
+      sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+}  // namespace
+
+at::Tensor as_byte_rows(const at::Tensor& t) {
+  const int64_t rows = t.size(0);
+  const int64_t elems = product(t.sizes().slice(1));
+  at::Tensor flat = t.contiguous().reshape({rows, elems});
+  if (flat.scalar_type() == at::kByte) {
+    return flat;
+  }
+  if (flat.scalar_type() == at::kBool) {
+    // view(dtype) refuses bool; it is one byte per element as well.
+    return flat.to(at::kByte);
+  }
+  return flat.view(at::kByte);
+}
+
+at::Tensor from_byte_rows(
+    const at::Tensor& bytes, at::ScalarType dtype, c10::IntArrayRef trailing) {
+  std::vector<int64_t> sizes{bytes.size(0)};
+  sizes.insert(sizes.end(), trailing.begin(), trailing.end());
+  at::Tensor typed;
+  if (dtype == at::kByte) {
+    typed = bytes;
+  } else if (dtype == at::kBool) {
+    typed = bytes.to(at::kBool);
+  } else {
+    typed = bytes.view(dtype);
+  }
+  return typed.reshape(sizes);
+}
+
+ProcessGroupPtr group_from_ivalue(const c10::IValue& v) {
+  auto holder = v.toCapsule();
+  auto* pg = dynamic_cast<c10d::ProcessGroup*>(holder.get());
+  TORCH_INTERNAL_ASSERT(pg != nullptr, "saved process group has wrong type");
+  return ProcessGroupPtr::unsafe_reclaim_from_nonowning(pg);
 }
 
 }  // namespace internal

@@ -39,5 +39,17 @@ std::vector<at::Tensor> allgather_equal(
     std::chrono::milliseconds timeout,
     const char* fn);
 
+/// [rows, trailing...] of any dtype -> contiguous [rows, row_bytes] uint8:
+/// the collectives move bytes, so any dtype works whatever the backend's
+/// kernels (bfloat16, bool, complex).
+at::Tensor as_byte_rows(const at::Tensor& t);
+
+/// Inverse of as_byte_rows: [rows, row_bytes] uint8 -> [rows, trailing...].
+at::Tensor from_byte_rows(
+    const at::Tensor& bytes, at::ScalarType dtype, c10::IntArrayRef trailing);
+
+/// The process group an autograd Function saved as a capsule.
+ProcessGroupPtr group_from_ivalue(const c10::IValue& v);
+
 }  // namespace internal
 }  // namespace frameshard

@@ -13,6 +13,9 @@
 
 #include <frameshard/runtime/encode.h>
 
+#include <frameshard/owner_route.h>
+#include <frameshard/runtime/route.h>
+
 #include "runtime/collectives.h"
 #include "runtime/consensus.h"
 #include "tower/check.h"
@@ -23,6 +26,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <sstream>
 #include <string>
 
@@ -104,6 +108,44 @@ void check_outputs(
   }
 }
 
+/// Local check of token_owner against the plan (before the consensus, so
+/// that a bad map on one rank raises on all).
+void check_token_owner(
+    const EncodeOptions& options,
+    const ShardPlan& plan,
+    int world,
+    const std::string& prefix) {
+  if (options.token_owner.empty()) {
+    return;
+  }
+  TORCH_CHECK(
+      static_cast<int64_t>(options.token_owner.size()) ==
+          plan.frames.total_tokens,
+      prefix,
+      "expected token_owner to have one entry per visual token (",
+      plan.frames.total_tokens,
+      "), got ",
+      options.token_owner.size());
+  for (int64_t o : options.token_owner) {
+    TORCH_CHECK(
+        o >= 0 && o < world,
+        prefix,
+        "expected token_owner entries in [0, ",
+        world,
+        "), got ",
+        o);
+  }
+}
+
+/// What the ranks must agree on besides the plan: the owner map.
+uint64_t owner_fingerprint(const std::vector<int64_t>& owner) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ owner.size();
+  for (int64_t o : owner) {
+    h = (h ^ static_cast<uint64_t>(o)) * 0x100000001b3ULL;
+  }
+  return owner.empty() ? 0 : h;
+}
+
 /// Planning, slicing, the tower and the output checks. `stage` names the
 /// step that is running, for the consensus message.
 LocalPhase run_local_phase(
@@ -128,6 +170,7 @@ LocalPhase run_local_phase(
       "expected a callable tower, got an empty function");
   lp.plan = make_plan(grid_from_tensor(grid_thw), options.plan);
   check_pixel_rows(lp.plan.frames, pixel_values.size(0));
+  check_token_owner(options, lp.plan, options.plan.world, prefix);
   const c10::Device device = pixel_values.device();
 
   TowerInput in;
@@ -183,8 +226,71 @@ LocalPhase run_local_phase(
   return lp;
 }
 
-/// After the consensus: the gather (sharded path) or the outputs as they
-/// are (replicated path).
+/// Splits fused [rows, sum(widths)] back into one tensor per output.
+std::vector<at::Tensor> split_widths(
+    const at::Tensor& fused, const std::vector<int64_t>& widths) {
+  std::vector<at::Tensor> outs;
+  int64_t offset = 0;
+  for (int64_t w : widths) {
+    outs.push_back(widths.size() == 1 ? fused : fused.narrow(1, offset, w));
+    offset += w;
+  }
+  return outs;
+}
+
+int64_t row_bytes_of(const LocalPhase& lp, at::ScalarType dtype) {
+  const int64_t width =
+      std::accumulate(lp.widths.begin(), lp.widths.end(), int64_t{0});
+  return width * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+/// Owner mode on the replicated path: this rank's rows, selected locally.
+void select_owned(
+    LocalPhase& lp, int rank, const EncodeOptions& options, EncodeResult& res) {
+  for (size_t t = 0; t < options.token_owner.size(); ++t) {
+    if (options.token_owner[t] == rank) {
+      res.tokens.push_back(static_cast<int64_t>(t));
+    }
+  }
+  if (lp.outputs.empty()) {
+    return;
+  }
+  at::Tensor idx = at::tensor(res.tokens, at::kLong).to(lp.outputs[0].device());
+  for (auto& o : lp.outputs) {
+    o = o.index_select(0, idx);
+  }
+}
+
+/// Owner mode on the sharded path: one all-to-all to the owners.
+at::Tensor route_to_owners(
+    const LocalPhase& lp,
+    const at::Tensor& send,
+    int rank,
+    const ProcessGroupPtr& group,
+    const EncodeOptions& options,
+    EncodeResult& res) {
+  const OwnerRoute route = owner_route(lp.plan, options.token_owner, rank);
+  const auto device = send.device();
+  GatherOptions gopts;
+  gopts.timeout = options.timeout;
+  at::Tensor out = all_to_all_rows(
+      send.index_select(0, at::tensor(route.send_order, at::kLong).to(device)),
+      route.send_counts,
+      route.recv_counts,
+      group,
+      gopts);
+  out = out.index_select(0, at::tensor(route.recv_order, at::kLong).to(device));
+  const int64_t row_bytes = row_bytes_of(lp, send.scalar_type());
+  res.bytes_sent = (lp.fused.size(0) - route.send_counts[rank]) * row_bytes;
+  res.bytes_received =
+      (static_cast<int64_t>(route.tokens.size()) - route.recv_counts[rank]) *
+      row_bytes;
+  res.tokens = route.tokens;
+  return out;
+}
+
+/// After the consensus: the gather or the all-to-all to the owners
+/// (sharded path), or the outputs as they are (replicated path).
 EncodeResult finish(
     LocalPhase lp,
     const ProcessGroupPtr& group,
@@ -192,36 +298,42 @@ EncodeResult finish(
     bool any_requires_grad,
     const EncodeOptions& options) {
   EncodeResult res;
+  const bool owner_mode = !options.token_owner.empty();
   if (!lp.plan.sharded()) {
+    if (owner_mode) {
+      select_owned(lp, rank, options, res);
+    }
     res.outputs = std::move(lp.outputs);
     res.plan = std::move(lp.plan);
     return res;
   }
   at::Tensor send = lp.fused;
   if (any_requires_grad && !send.requires_grad()) {
-    // Another rank will run backward through the gather, whose reduce-
-    // scatter needs every rank: a fresh leaf makes this rank's gather part
-    // of the graph too (Megatron-Bridge #4784: 0-image ranks hung). Its
-    // gradient is discarded.
+    // Another rank will run backward through the collective, which needs
+    // every rank: a fresh leaf makes this rank's part of the graph too
+    // (Megatron-Bridge #4784: 0-image ranks hung). Its gradient is
+    // discarded.
     send = send.detach().requires_grad_();
   }
-  GatherOptions gopts;
-  gopts.timeout = options.timeout;
-  at::Tensor full = all_gather_rows(send, lp.plan.gather_counts, group, gopts);
-  if (!lp.plan.restore_rows.empty()) {
-    full = full.index_select(
-        0, at::tensor(lp.plan.restore_rows, at::kLong).to(full.device()));
+  const int64_t row_bytes = row_bytes_of(lp, send.scalar_type());
+  res.allgather_bytes_received =
+      (lp.plan.frames.total_tokens - lp.plan.gather_counts[rank]) * row_bytes;
+  at::Tensor full;
+  if (owner_mode) {
+    full = route_to_owners(lp, send, rank, group, options, res);
+  } else {
+    GatherOptions gopts;
+    gopts.timeout = options.timeout;
+    full = all_gather_rows(send, lp.plan.gather_counts, group, gopts);
+    if (!lp.plan.restore_rows.empty()) {
+      full = full.index_select(
+          0, at::tensor(lp.plan.restore_rows, at::kLong).to(full.device()));
+    }
+    res.bytes_sent =
+        gather_traffic(lp.plan.gather_counts, rank, row_bytes).unpadded_bytes;
+    res.bytes_received = res.allgather_bytes_received;
   }
-  int64_t offset = 0;
-  for (int64_t w : lp.widths) {
-    res.outputs.push_back(
-        lp.widths.size() == 1 ? full : full.narrow(1, offset, w));
-    offset += w;
-  }
-  const int64_t row_bytes =
-      offset * static_cast<int64_t>(c10::elementSize(send.scalar_type()));
-  res.bytes_sent =
-      gather_traffic(lp.plan.gather_counts, rank, row_bytes).unpadded_bytes;
+  res.outputs = split_widths(full, lp.widths);
   res.plan = std::move(lp.plan);
   return res;
 }
@@ -270,7 +382,8 @@ EncodeResult encode(
   try {
     lp = run_local_phase(
         tower, pixel_values, grid_thw, rank, options, prefix, stage);
-    mine.fingerprint = lp.plan.fingerprint;
+    mine.fingerprint =
+        lp.plan.fingerprint ^ owner_fingerprint(options.token_owner);
     mine.path = lp.plan.sharded() ? 0 : 1;
     mine.dtype = static_cast<int64_t>(lp.outputs[0].scalar_type());
     mine.widths = lp.widths;

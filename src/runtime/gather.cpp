@@ -3,7 +3,7 @@
 // alltoall_base op: Gloo's only variable-size collective; on NCCL a single,
 // unpadded call too; see runtime/c10d_compat.h for its name by version).
 //
-// The payload travels as raw bytes ([rows, row_bytes] uint8): the collective
+// The payload travels as raw bytes (internal::as_byte_rows): the collective
 // only moves data, so any dtype works (bfloat16, bool, complex) whether or
 // not the backend has a kernel for it, and trailing dims are flattened.
 
@@ -28,42 +28,6 @@ namespace {
 
 constexpr const char* kFn = "all_gather_rows";
 
-int64_t product(c10::IntArrayRef sizes) {
-  return std::accumulate(
-      sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<int64_t>());
-}
-
-/// [rows, trailing...] of any dtype -> contiguous [rows, row_bytes] uint8.
-at::Tensor as_byte_rows(const at::Tensor& t) {
-  const int64_t rows = t.size(0);
-  const int64_t elems = product(t.sizes().slice(1));
-  at::Tensor flat = t.contiguous().reshape({rows, elems});
-  if (flat.scalar_type() == at::kByte) {
-    return flat;
-  }
-  if (flat.scalar_type() == at::kBool) {
-    // view(dtype) refuses bool; it is one byte per element as well.
-    return flat.to(at::kByte);
-  }
-  return flat.view(at::kByte);
-}
-
-/// Inverse of as_byte_rows: [rows, row_bytes] uint8 -> [rows, trailing...].
-at::Tensor from_byte_rows(
-    const at::Tensor& bytes, at::ScalarType dtype, c10::IntArrayRef trailing) {
-  std::vector<int64_t> sizes{bytes.size(0)};
-  sizes.insert(sizes.end(), trailing.begin(), trailing.end());
-  at::Tensor typed;
-  if (dtype == at::kByte) {
-    typed = bytes;
-  } else if (dtype == at::kBool) {
-    typed = bytes.to(at::kBool);
-  } else {
-    typed = bytes.view(dtype);
-  }
-  return typed.reshape(sizes);
-}
-
 /// Forward payload: each rank sends its rows once to every rank (itself
 /// included, a local copy) and receives counts[q] rows from rank q.
 at::Tensor gather_rows(
@@ -75,7 +39,7 @@ at::Tensor gather_rows(
   const int64_t rows = local.size(0);
   const int64_t total =
       std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  at::Tensor bytes = as_byte_rows(local);
+  at::Tensor bytes = internal::as_byte_rows(local);
   at::Tensor input = bytes.repeat({world, 1});
   at::Tensor output = at::empty({total, bytes.size(1)}, bytes.options());
   internal::alltoall_rows(
@@ -86,7 +50,8 @@ at::Tensor gather_rows(
       std::vector<int64_t>(world, rows),
       timeout,
       kFn);
-  return from_byte_rows(output, local.scalar_type(), local.sizes().slice(1));
+  return internal::from_byte_rows(
+      output, local.scalar_type(), local.sizes().slice(1));
 }
 
 /// Backward payload: rank q sends the slice of its output gradient that
@@ -99,7 +64,7 @@ at::Tensor reduce_scatter_rows(
     std::chrono::milliseconds timeout) {
   const int64_t world = group->getSize();
   const int64_t rows = counts[group->getRank()];
-  at::Tensor bytes = as_byte_rows(grad);
+  at::Tensor bytes = internal::as_byte_rows(grad);
   at::Tensor output = at::empty({world * rows, bytes.size(1)}, bytes.options());
   internal::alltoall_rows(
       group,
@@ -112,16 +77,9 @@ at::Tensor reduce_scatter_rows(
   std::vector<int64_t> sizes{world, rows};
   auto trailing = grad.sizes().slice(1);
   sizes.insert(sizes.end(), trailing.begin(), trailing.end());
-  return from_byte_rows(output, grad.scalar_type(), trailing)
+  return internal::from_byte_rows(output, grad.scalar_type(), trailing)
       .reshape(sizes)
       .sum(0);
-}
-
-ProcessGroupPtr group_from_ivalue(const c10::IValue& v) {
-  auto holder = v.toCapsule();
-  auto* pg = dynamic_cast<c10d::ProcessGroup*>(holder.get());
-  TORCH_INTERNAL_ASSERT(pg != nullptr, "saved process group has wrong type");
-  return ProcessGroupPtr::unsafe_reclaim_from_nonowning(pg);
 }
 
 struct AllGatherRowsFunction
@@ -142,7 +100,7 @@ struct AllGatherRowsFunction
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grads) {
-    auto group = group_from_ivalue(ctx->saved_data["group"]);
+    auto group = internal::group_from_ivalue(ctx->saved_data["group"]);
     auto counts = ctx->saved_data["counts"].toIntVector();
     const auto timeout =
         std::chrono::milliseconds(ctx->saved_data["timeout_ms"].toInt());

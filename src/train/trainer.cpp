@@ -3,6 +3,7 @@
 
 #include <frameshard/error.h>
 #include <frameshard/models/cost_bridge.h>
+#include <frameshard/owner_route.h>
 #include <frameshard/runtime/agree.h>
 #include <frameshard/runtime/encode.h>
 #include <frameshard/train/cp_attention.h>
@@ -297,6 +298,21 @@ LocalBatch local_batch(
   return b;
 }
 
+// gather: owner. Each visual token goes to the CP rank whose load-balanced
+// chunks hold its position; encode then returns this rank's rows only, in
+// ascending token order, which is the order of its local media rows.
+void route_to_owners(LocalBatch& b, int64_t cp, EncodeOptions& eo) {
+  std::vector<int64_t> media_positions;
+  for (size_t p = 0; p < b.layout.tokens.size(); ++p) {
+    if (b.layout.tokens[p] == kMediaToken) {
+      media_positions.push_back(static_cast<int64_t>(p));
+    }
+  }
+  eo.token_owner = visual_token_owners(
+      media_positions, b.layout.seq_len(), cp, SequenceSplit::kLoadBalanced);
+  b.media_src = at::arange(b.media_rows.size(0), b.media_rows.options());
+}
+
 // The decoder's input and DeepStack additions from the visual outputs.
 at::Tensor decoder_loss(
     Decoder& lm,
@@ -382,8 +398,18 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   EncodeOptions eo;
   eo.plan = s.plan;
   eo.timeout = std::chrono::milliseconds(s.config.train.timeout_ms);
+  if (s.config.parallel.frame_sharding.gather == "owner") {
+    route_to_owners(b, s.cp, eo);
+  }
   std::vector<at::Tensor> visual =
       s.vision->forward(b.pixels, b.grid, s.groups.cp, eo);
+  FRAMESHARD_CHECK(
+      eo.token_owner.empty() || visual[0].size(0) == b.media_rows.size(0),
+      "train",
+      "expected the owner-routed visual rows to match this rank's ",
+      b.media_rows.size(0),
+      " media positions, got ",
+      visual[0].size(0));
   const int64_t vision_peak = s.vision->tower_peak_bytes();
 
   const auto lm_start = Clock::now();
@@ -405,6 +431,8 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   m.gather_seconds = s.vision->gather_seconds();
   m.vision_peak_bytes = vision_peak;
   m.tower_rows = s.vision->tower_rows();
+  m.visual_bytes_received = s.vision->bytes_received();
+  m.allgather_bytes_received = s.vision->allgather_bytes_received();
   m.plan_path = to_string(s.vision->plan().path);
   m.step_seconds = detail::elapsed_seconds(start, device);
   m.peak_bytes = std::max(s.vision->peak_before_tower(), s.memory.peak_bytes());
@@ -433,7 +461,9 @@ std::vector<StepMetrics> gather_step_metrics(
       static_cast<double>(mine.peak_bytes),
       static_cast<double>(mine.vision_peak_bytes),
       static_cast<double>(mine.tower_rows),
-      mine.plan_path == "sharded" ? 1.0 : 0.0};
+      mine.plan_path == "sharded" ? 1.0 : 0.0,
+      static_cast<double>(mine.visual_bytes_received),
+      static_cast<double>(mine.allgather_bytes_received)};
   at::Tensor local = at::tensor(rec, at::TensorOptions().dtype(at::kDouble));
   const int64_t world = group_size(groups.world);
   std::vector<at::Tensor> all;
@@ -462,6 +492,8 @@ std::vector<StepMetrics> gather_step_metrics(
     m.vision_peak_bytes = static_cast<int64_t>(v[7]);
     m.tower_rows = static_cast<int64_t>(v[8]);
     m.plan_path = v[9] > 0.5 ? "sharded" : "replicated";
+    m.visual_bytes_received = static_cast<int64_t>(v[10]);
+    m.allgather_bytes_received = static_cast<int64_t>(v[11]);
     result.push_back(m);
   }
   return result;

@@ -80,6 +80,8 @@ std::vector<at::Tensor> VisionStage::forward(
   gather_seconds_ +=
       elapsed_seconds(start, pixel_values.device()) - tower_seconds_;
   plan_ = std::move(res.plan);
+  bytes_received_ = res.bytes_received;
+  allgather_bytes_received_ = res.allgather_bytes_received;
   encoded_ = std::move(res.outputs);
   encoded_leaf_.clear();
   for (const auto& t : encoded_) {

@@ -62,6 +62,14 @@ class VisionStage {
   int64_t tower_rows() const {
     return tower_rows_;
   }
+  /// Visual bytes this rank received in the forward collective, and what
+  /// the all-gather would have brought (EncodeResult).
+  int64_t bytes_received() const {
+    return bytes_received_;
+  }
+  int64_t allgather_bytes_received() const {
+    return allgather_bytes_received_;
+  }
   const ShardPlan& plan() const {
     return plan_;
   }
@@ -84,6 +92,8 @@ class VisionStage {
   int64_t tower_peak_bytes_ = 0;
   int64_t peak_before_tower_ = 0;
   int64_t tower_rows_ = 0;
+  int64_t bytes_received_ = 0;
+  int64_t allgather_bytes_received_ = 0;
 };
 
 /// Seconds since `start` after waiting for the device (CUDA kernels are

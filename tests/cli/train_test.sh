@@ -44,6 +44,22 @@ PYEOF
   grep -q "sharded" "$TMP/ab.svg" || fail "ab: the SVG lacks the sharded series"
 fi
 
+# 1b. gather: owner: each visual row goes only to the rank that uses it;
+#     the same losses, about half the all-gather's bytes at CP=2.
+if run_cmd ab_owner 0 "$BIN" ab "${SMALL[@]}" --json --plot "" \
+    --distributed.multimodal.vision.frame_sharding.gather owner; then
+  "$PY" - "$TMP/ab_owner.out" <<'PYEOF' || fail "ab_owner: JSON checks failed"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["loss_max_abs_diff"] <= 1e-5, j["loss_max_abs_diff"]
+assert j["replicated"]["visual_bytes_ratio"] == 0, j["replicated"]
+r = j["sharded"]["visual_bytes_ratio"]
+assert 0.3 < r < 0.75, r
+steps = j["sharded"]["visual_bytes_received"]
+assert len(steps) == 4 and all(len(s) == 2 and min(s) > 0 for s in steps), steps
+PYEOF
+fi
+
 # 2. The text report: progress lines and the summary table.
 if run_cmd ab_text 0 "$BIN" ab "${SMALL[@]}" --train.steps 2 --plot ""; then
   expect_out ab_text '^\[#+-*\] step 2/2 sharded'

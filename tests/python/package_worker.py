@@ -150,6 +150,60 @@ def scenario_torch_tower(rank, world, group, grid=TORCH_GRID, config=SHARD_ALL):
     }
 
 
+def scenario_torch_tower_owner(rank, world, group):
+    # gather="owner": visual token i sits at sequence position 2i + 1; each rank receives only
+    # the rows of its load-balanced chunks, and its loss uses exactly those rows.
+    torch.manual_seed(7)
+    features, merge = 12, 2
+    tower = FrameTower(features, 16, 8, merge).double()
+    grid_t = torch.tensor(TORCH_GRID, dtype=torch.int64)
+    rows = int(grid_t.prod(-1).sum())
+    tokens = rows // (merge * merge)
+    pixel_values = torch.randn(rows, features, dtype=torch.float64)
+    cu = torch.nn.functional.pad(
+        torch.repeat_interleave(grid_t[:, 1] * grid_t[:, 2], grid_t[:, 0]).cumsum(0), (1, 0)
+    ).to(torch.int32)
+    pad = 2 * world
+    seq_len = (2 * tokens + pad - 1) // pad * pad
+    owner = frameshard.visual_token_owners([2 * i + 1 for i in range(tokens)], seq_len, world)
+    mine = torch.tensor([i for i in range(tokens) if owner[i] == rank], dtype=torch.int64)
+
+    def step(run, select):
+        tower.zero_grad()
+        emb, aux = run()
+        if select:
+            emb, aux = emb[mine], aux[mine]
+        loss = (rank_weights(emb, rank, 3) * emb).sum() + (rank_weights(aux, rank, 4) * aux).sum()
+        loss.backward()
+        return {"emb": emb.detach(), "aux": aux.detach()}, reduced_grads(tower, group)
+
+    ref_out, ref_grads = step(lambda: tower(pixel_values, grid_t, cu), True)
+    config = frameshard.FrameShardingConfig(
+        enabled=True, min_tokens=0, min_frames=0, min_local_patch_rows=0, gather="owner"
+    )
+    plan = None
+
+    def owned():
+        nonlocal plan
+        out, plan = frameshard.shard_vision(
+            tower, pixel_values, grid_t, group, config, return_plan=True, token_owner=owner
+        )
+        return out
+
+    out, grads = step(owned, False)
+    out_diff, out_scale = compare(out, ref_out)
+    grad_diff, grad_scale = compare(grads, ref_grads)
+    return {
+        "path": plan.path,
+        "out_diff": out_diff,
+        "out_scale": out_scale,
+        "grad_diff": grad_diff,
+        "grad_scale": grad_scale,
+        "owned_rows": int(out["emb"].shape[0]),
+        "total_tokens": tokens,
+    }
+
+
 def scenario_torch_tower_dummy(rank, world, group):
     # Two frame units: at world 3 one rank has no real frame and encodes a dummy frame.
     return scenario_torch_tower(rank, world, group, [[1, 4, 4], [1, 6, 4]], SHARD_NO_FLOOR)
@@ -311,6 +365,7 @@ def scenario_hf(family, rank, world, group):
 
 
 SCENARIOS = {
+    "torch_tower_owner": scenario_torch_tower_owner,
     "torch_tower": scenario_torch_tower,
     "torch_tower_dummy": scenario_torch_tower_dummy,
     "gather": scenario_gather,

@@ -198,6 +198,24 @@ def test_torch_tower_parity_and_local_rows(world_results, name):
         assert sum(r["plan_dummy_frames"] for r in per_rank) == 1
 
 
+def test_owner_routed_rows_match_the_replicated_tower(world_results):
+    # gather="owner": each rank receives only the rows its sequence shard uses (an all-to-all);
+    # outputs and all-reduced gradients equal the replicated tower's.
+    world, per_rank = scenario(world_results, "torch_tower_owner")
+    assert_parity(world, "torch_tower_owner", per_rank, RTOL_TORCH)
+    assert sum(r["owned_rows"] for r in per_rank) == per_rank[0]["total_tokens"]
+    assert all(r["owned_rows"] < per_rank[0]["total_tokens"] for r in per_rank)
+
+
+def test_gather_owner_requires_token_owner():
+    config = frameshard.FrameShardingConfig(gather="owner")
+    assert config.gather == "owner"
+    with pytest.raises(frameshard.FrameshardError, match="gather.*expected all or owner, got ring"):
+        frameshard.FrameShardingConfig(gather="ring")
+    assert frameshard.visual_token_owners([0, 5, 9, 15], 16, 2) == [0, 1, 1, 0]
+    assert frameshard.visual_token_owners([0, 5, 9, 15], 16, 2, "contiguous") == [0, 0, 1, 1]
+
+
 def test_gather_values_and_reduce_scatter_backward(world_results):
     world, per_rank = scenario(world_results, "gather")
     for res in per_rank:

@@ -187,6 +187,26 @@ TEST(Trainer, AHuggingFaceCheckpointsTowerTrainsInBothArmsAlike) {
   EXPECT_EQ(sh.grads.at("decoder.embed.weight").size(1), 24);
 }
 
+TEST(Trainer, OwnerRoutedEmbeddingsTrainLikeTheReplicatedArm) {
+  // gather: owner sends each visual row only to the rank whose chunks hold
+  // its position; CP 2 and 3, float64: the losses and gradients of the
+  // replicated arm, and those of gather: all.
+  for (int cp : {2, 3}) {
+    auto c = tiny_config(cp, "float64");
+    const ArmResult rep = run_arm(c, false, cp);
+    const ArmResult all = run_arm(c, true, cp);
+    c.parallel.frame_sharding.gather = "owner";
+    const ArmResult owner = run_arm(c, true, cp);
+    EXPECT_EQ(owner.plan_path, "sharded");
+    for (size_t s = 0; s < rep.losses.size(); ++s) {
+      EXPECT_NEAR(rep.losses[s], owner.losses[s], 1e-10)
+          << "cp " << cp << " step " << s;
+    }
+    EXPECT_LE(max_grad_diff(rep, owner), 1e-10) << "cp " << cp;
+    EXPECT_LE(max_grad_diff(all, owner), 1e-10) << "cp " << cp;
+  }
+}
+
 TEST(Trainer, GroupSmallerThanTheRecipeRaisesOnEveryRank) {
   const auto c = tiny_config(3, "float32");
   testing::RunRanksOptions o;

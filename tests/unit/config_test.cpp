@@ -44,6 +44,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(x.min_local_patch_rows, y.min_local_patch_rows);
   EXPECT_EQ(x.cost_alpha, y.cost_alpha);
   EXPECT_EQ(x.partitioner, y.partitioner);
+  EXPECT_EQ(x.gather, y.gather);
   EXPECT_EQ(x.tower, y.tower);
 }
 
@@ -259,7 +260,7 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
   expect_contains(
       msg,
       "(enabled, mesh_dims, min_tokens, min_frames, min_local_patch_rows, "
-      "cost_alpha, partitioner, tower)");
+      "cost_alpha, partitioner, gather, tower)");
 
   msg = error_of(
       [] { parse_config("distributed:\n  multimodal:\n    audio: {}\n"); });
@@ -390,6 +391,7 @@ TEST(Config, ToYamlRoundTrips) {
   configs[1].frame_sharding.cost_alpha = "3456";
   configs[1].frame_sharding.partitioner = "lpt";
   configs[1].frame_sharding.tower = "qwen2-vl";
+  configs[1].frame_sharding.gather = "owner";
   configs[2].frame_sharding.cost_alpha = "quadratic:1,2.5,0";
   configs[2].frame_sharding.partitioner = "count";
   configs[3].frame_sharding.cost_alpha = "automodel:qwen3.5";
@@ -427,6 +429,23 @@ TEST(Config, OverridesUseDottedKeys) {
   EXPECT_TRUE(c.frame_sharding.enabled);
   EXPECT_EQ(c.frame_sharding.min_frames, 4);
   EXPECT_EQ(c.frame_sharding.min_tokens, 0);  // untouched
+}
+
+TEST(Config, GatherIsAllOrOwner) {
+  EXPECT_EQ(
+      parse_config(fs_doc("gather", "owner")).frame_sharding.gather, "owner");
+  EXPECT_EQ(Config{}.frame_sharding.gather, "all");
+  try {
+    parse_config(fs_doc("gather", "ring"));
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    expect_contains(e.what(), kFs + ".gather: expected all or owner, got ring");
+  }
+  Config c;
+  apply_override(c, kFs + ".gather", "owner");
+  EXPECT_EQ(c.frame_sharding.gather, "owner");
+  c.frame_sharding.gather = "some";
+  EXPECT_THROW(validate(c), Error);
 }
 
 TEST(Config, OverrideErrorsMatchFileErrors) {

@@ -16,7 +16,9 @@
 //      widths, requires-grad and any local error; a disagreement or a failure
 //      on any rank raises the same error on every rank (no hang);
 //   6. gather all outputs in ONE collective, fused along the feature dim,
-//      restore the original order (lpt), split back into the outputs.
+//      restore the original order (lpt), split back into the outputs; or,
+//      with token_owner, send each row only to the rank that owns it (ONE
+//      all-to-all, frameshard/runtime/route.h).
 //
 // The tower is a frameshard::VisionTower (frameshard/tower.h): anything
 // callable on a TowerInput returning one or more [rows, hidden_i] tensors of
@@ -67,14 +69,28 @@ struct EncodeOptions {
   bool tower_trainable = true;
   /// Timeout of the consensus and gather collectives; 0: group default.
   std::chrono::milliseconds timeout{0};
+  /// Owner-routed outputs (frameshard/owner_route.h): the rank of `group`
+  /// that consumes each visual token (plan.frames.total_tokens entries,
+  /// e.g. visual_token_owners). Empty: every rank receives every row (the
+  /// all-gather). Set: each rank returns only the rows it owns, in
+  /// ascending token order, moved by one all-to-all on the sharded path
+  /// (selected locally on the replicated one).
+  std::vector<int64_t> token_owner;
 };
 
 struct EncodeResult {
-  /// One [total_tokens, hidden_i] tensor per tower output, original order.
+  /// One [total_tokens, hidden_i] tensor per tower output, original order;
+  /// with token_owner, [owned tokens, hidden_i] in ascending token order.
   std::vector<at::Tensor> outputs;
+  /// With token_owner: the global token index of each output row.
+  std::vector<int64_t> tokens;
   ShardPlan plan;
-  /// Payload bytes this rank sent in the forward gather (0 if replicated).
+  /// Payload bytes this rank sent and received in the forward collective
+  /// (0 on the replicated path), and what an all-gather would have made it
+  /// receive (equal to bytes_received without token_owner).
   int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t allgather_bytes_received = 0;
 };
 
 /// Collective; see the banner. `pixel_values` is [sum(t*h*w), features];

@@ -9,7 +9,10 @@
 //      arm (sharding off) runs it on every frame on every CP rank, as the
 //      baseline of the seeds does;
 //   3. places the visual embeddings at the media positions of this rank's
-//      two load-balanced chunks (DeepStack features added after the first
+//      two load-balanced chunks (with frame_sharding.gather: owner, encode
+//      sends this rank only those rows, frameshard/owner_route.h; with
+//      all, every rank receives all and picks its own), DeepStack features
+//      added after the first
 //      decoder blocks), runs the decoder with attention across the CP ranks
 //      and takes the next-token loss of its positions (summed, divided by
 //      the replica's label count, so the CP ranks' losses add up to the
@@ -63,17 +66,19 @@ struct TrainGroups {
 /// What one rank measured in one step.
 struct StepMetrics {
   int64_t step = 0;
-  double loss = 0.0;              // the global loss (same on every rank)
-  double step_seconds = 0.0;      // whole step, data to optimizer
-  double vision_seconds = 0.0;    // tower forward + backward (+ recompute)
-  double gather_seconds = 0.0;    // encode's plan, consensus and gather,
-                                  // and the gather's backward
-  double decoder_seconds = 0.0;   // decoder forward + backward
-  int64_t peak_bytes = 0;         // peak tensor bytes over the step
-  int64_t vision_peak_bytes = 0;  // peak above the step's start during the
-                                  // tower's forward (its activations)
-  int64_t tower_rows = 0;         // patch rows this rank's tower ran on
-  std::string plan_path;          // "sharded" or "replicated"
+  double loss = 0.0;                  // the global loss (same on every rank)
+  double step_seconds = 0.0;          // whole step, data to optimizer
+  double vision_seconds = 0.0;        // tower forward + backward (+ recompute)
+  double gather_seconds = 0.0;        // encode's plan, consensus and gather,
+                                      // and the gather's backward
+  double decoder_seconds = 0.0;       // decoder forward + backward
+  int64_t peak_bytes = 0;             // peak tensor bytes over the step
+  int64_t vision_peak_bytes = 0;      // peak above the step's start during the
+                                      // tower's forward (its activations)
+  int64_t tower_rows = 0;             // patch rows this rank's tower ran on
+  int64_t visual_bytes_received = 0;  // in the vision collective
+  int64_t allgather_bytes_received = 0;  // what the all-gather would move
+  std::string plan_path;                 // "sharded" or "replicated"
 };
 
 class Trainer {
