@@ -28,14 +28,14 @@ namespace {
 using namespace frameshard;
 
 struct Traffic {
-  double allgather = 0;   // bytes received per step, largest rank, mean
+  double allgather = 0;  // bytes received per step, largest rank, mean
   double owner = 0;
   double held_all = 0;    // visual rows held per rank: all of them
   double held_owner = 0;  // largest rank's own rows
 };
 
-Traffic simulate(const std::string& preset, int64_t cp, int64_t steps,
-                 int64_t row_bytes) {
+Traffic simulate(
+    const std::string& preset, int64_t cp, int64_t steps, int64_t row_bytes) {
   train::TrainConfig cfg = train::default_train_config();
   cfg.data.preset = preset;
   cfg.parallel.cp_size = cp;
@@ -53,8 +53,8 @@ Traffic simulate(const std::string& preset, int64_t cp, int64_t steps,
       }
     }
     const ShardPlan plan = make_plan(b.grid, o);
-    const auto owner = visual_token_owners(pos, b.seq_len(), cp,
-                                           SequenceSplit::kLoadBalanced);
+    const auto owner =
+        visual_token_owners(pos, b.seq_len(), cp, SequenceSplit::kLoadBalanced);
     int64_t ag = 0, ow = 0, held = 0;
     for (int64_t r = 0; r < cp; ++r) {
       ag = std::max(ag, plan.frames.total_tokens - plan.gather_counts[r]);
@@ -82,17 +82,29 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::printf(
-      "%-6s %4s  %14s %14s %7s  %14s %14s %7s\n", "preset", "cp",
-      "all-gather in", "owner in", "ratio", "rows held all", "held owner",
+      "%-6s %4s  %14s %14s %7s  %14s %14s %7s\n",
+      "preset",
+      "cp",
+      "all-gather in",
+      "owner in",
+      "ratio",
+      "rows held all",
+      "held owner",
       "ratio");
   for (const char* preset : {"doc", "multi", "video", "mixed"}) {
     for (int64_t cp : {2, 4, 8, 16, 32, 64}) {
       const Traffic t = simulate(preset, cp, steps, row_bytes);
-      std::printf("%-6s %4lld  %11.1f KiB %11.1f KiB %7.3f  %11.1f KiB "
-                  "%11.1f KiB %7.3f\n",
-                  preset, static_cast<long long>(cp), t.allgather / 1024,
-                  t.owner / 1024, t.owner / t.allgather, t.held_all / 1024,
-                  t.held_owner / 1024, t.held_owner / t.held_all);
+      std::printf(
+          "%-6s %4lld  %11.1f KiB %11.1f KiB %7.3f  %11.1f KiB "
+          "%11.1f KiB %7.3f\n",
+          preset,
+          static_cast<long long>(cp),
+          t.allgather / 1024,
+          t.owner / 1024,
+          t.owner / t.allgather,
+          t.held_all / 1024,
+          t.held_owner / 1024,
+          t.held_owner / t.held_all);
     }
   }
   return 0;

@@ -144,9 +144,11 @@ OwnerRoute owner_route(
   }
   r.recv_order.resize(arrived.size());
   std::iota(r.recv_order.begin(), r.recv_order.end(), 0);
-  std::sort(r.recv_order.begin(), r.recv_order.end(), [&](int64_t a, int64_t b) {
-    return arrived[static_cast<size_t>(a)] < arrived[static_cast<size_t>(b)];
-  });
+  std::sort(
+      r.recv_order.begin(), r.recv_order.end(), [&](int64_t a, int64_t b) {
+        return arrived[static_cast<size_t>(a)] <
+               arrived[static_cast<size_t>(b)];
+      });
   for (int64_t i : r.recv_order) {
     r.tokens.push_back(arrived[static_cast<size_t>(i)]);
   }

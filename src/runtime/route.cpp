@@ -44,8 +44,12 @@ struct AllToAllRowsFunction
     ctx->saved_data["send"] = send_counts;
     ctx->saved_data["recv"] = recv_counts;
     ctx->saved_data["timeout_ms"] = timeout_ms;
-    return exchange(local, group, send_counts, recv_counts,
-                    std::chrono::milliseconds(timeout_ms));
+    return exchange(
+        local,
+        group,
+        send_counts,
+        recv_counts,
+        std::chrono::milliseconds(timeout_ms));
   }
 
   static torch::autograd::variable_list backward(
@@ -121,7 +125,10 @@ at::Tensor all_to_all_rows(
     return local;
   }
   return AllToAllRowsFunction::apply(
-      local, group, send_counts, recv_counts,
+      local,
+      group,
+      send_counts,
+      recv_counts,
       static_cast<int64_t>(options.timeout.count()));
 }
 

@@ -73,8 +73,8 @@ void expect_parity(const testing::ParityRun& run) {
 
 TEST(OwnerRoute, EachRankReceivesExactlyItsRowsWithReplicatedGradients) {
   for (int world : {2, 3, 4}) {
-    for (auto split : {SequenceSplit::kContiguous,
-                       SequenceSplit::kLoadBalanced}) {
+    for (auto split :
+         {SequenceSplit::kContiguous, SequenceSplit::kLoadBalanced}) {
       OwnerCase c;
       c.world = world;
       c.split = split;
@@ -115,9 +115,10 @@ TEST(OwnerRoute, AgreesWithTheAllGatherOnTheSameOwners) {
   expect_parity(all);
   expect_parity(owner);
   for (int q = 0; q < 3; ++q) {
-    EXPECT_LE(testing::max_abs_diff(all.ranks[q].local_grads,
-                                    owner.ranks[q].local_grads),
-              1e-12)
+    EXPECT_LE(
+        testing::max_abs_diff(
+            all.ranks[q].local_grads, owner.ranks[q].local_grads),
+        1e-12)
         << "rank " << q;
   }
 }
@@ -197,12 +198,12 @@ TEST(OwnerRoute, AnOwnerMapOfTheWrongSizeRaisesOnEveryRank) {
   const FrameSet frames = expand_frames(kMixedGrid, MediaLayout{});
   const at::Tensor pixels =
       at::randn({frames.total_patch_rows, kTestFeatures}, at::kDouble);
-  const auto outcomes = testing::run_ranks_collect(
-      world, [&](int rank, ProcessGroupPtr pg) {
+  const auto outcomes =
+      testing::run_ranks_collect(world, [&](int rank, ProcessGroupPtr pg) {
         EncodeOptions o;
         o.plan = sharding_options(world);
-        o.token_owner = owners_of(frames.total_tokens, world,
-                                  SequenceSplit::kContiguous);
+        o.token_owner =
+            owners_of(frames.total_tokens, world, SequenceSplit::kContiguous);
         if (rank == 1) {
           o.token_owner.pop_back();
         }
@@ -210,13 +211,17 @@ TEST(OwnerRoute, AnOwnerMapOfTheWrongSizeRaisesOnEveryRank) {
             [&](const TowerInput& in) {
               return testing::test_tower(params, in, 1);
             },
-            pixels, grid_to_tensor(kMixedGrid), pg, o);
+            pixels,
+            grid_to_tensor(kMixedGrid),
+            pg,
+            o);
       });
   for (const auto& out : outcomes) {
     ASSERT_FALSE(out.ok);
-    EXPECT_NE(out.error.find("expected token_owner to have one entry per "
-                             "visual token (31), got 30"),
-              std::string::npos)
+    EXPECT_NE(
+        out.error.find("expected token_owner to have one entry per "
+                       "visual token (31), got 30"),
+        std::string::npos)
         << out.error;
   }
 }

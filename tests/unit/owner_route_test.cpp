@@ -33,11 +33,11 @@ TEST(PositionOwner, ContiguousAndLoadBalancedSplits) {
 TEST(PositionOwner, BadLengthsAndPositionsAreErrors) {
   EXPECT_THROW(position_owner(0, 10, 3, SequenceSplit::kLoadBalanced), Error);
   EXPECT_THROW(position_owner(12, 12, 3, SequenceSplit::kContiguous), Error);
-  EXPECT_THROW(visual_token_owners({3, 3}, 8, 2, SequenceSplit::kContiguous),
-               Error);
+  EXPECT_THROW(
+      visual_token_owners({3, 3}, 8, 2, SequenceSplit::kContiguous), Error);
   EXPECT_THROW(parse_sequence_split("ring"), Error);
-  EXPECT_EQ(parse_sequence_split("load_balanced"),
-            SequenceSplit::kLoadBalanced);
+  EXPECT_EQ(
+      parse_sequence_split("load_balanced"), SequenceSplit::kLoadBalanced);
 }
 
 // Every rank's rows go out in send_order with send_counts; the receiver
@@ -63,8 +63,8 @@ std::vector<std::vector<int64_t>> simulate(
   for (int64_t q = 0; q < world; ++q) {
     std::vector<int64_t> arrived;
     for (int64_t r = 0; r < world; ++r) {
-      EXPECT_EQ(routes[q].recv_counts[r],
-                static_cast<int64_t>(outbox[r][q].size()));
+      EXPECT_EQ(
+          routes[q].recv_counts[r], static_cast<int64_t>(outbox[r][q].size()));
       arrived.insert(arrived.end(), outbox[r][q].begin(), outbox[r][q].end());
     }
     for (int64_t i : routes[q].recv_order) {
@@ -81,9 +81,10 @@ TEST(OwnerRoute, SimulatedExchangesDeliverEveryTokenToItsOwnerInOrder) {
     std::vector<GridThw> grid;
     const int media = 1 + static_cast<int>(rng.below(6));
     for (int m = 0; m < media; ++m) {
-      grid.push_back({1 + static_cast<int64_t>(rng.below(3)),
-                      2 * (1 + static_cast<int64_t>(rng.below(4))),
-                      2 * (1 + static_cast<int64_t>(rng.below(4)))});
+      grid.push_back(
+          {1 + static_cast<int64_t>(rng.below(3)),
+           2 * (1 + static_cast<int64_t>(rng.below(4))),
+           2 * (1 + static_cast<int64_t>(rng.below(4)))});
     }
     PlanOptions o;
     o.world = 1 + static_cast<int64_t>(rng.below(5));
@@ -125,9 +126,10 @@ TEST(OwnerRoute, ABadOwnerMapOrAReplicatedPlanIsAnError) {
     owner_route(plan, {0, 1}, 0);
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "expected an owner for each of the 8 visual tokens, got 2"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "expected an owner for each of the 8 visual tokens, got 2"),
+        std::string::npos)
         << e.what();
   }
   EXPECT_THROW(owner_route(plan, std::vector<int64_t>(8, 2), 0), Error);
