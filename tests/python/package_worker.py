@@ -98,9 +98,10 @@ def compare(sharded, replicated):
 # ----------------------------------------------------------------- scenarios
 
 
-def scenario_torch_tower(rank, world, group, grid=TORCH_GRID, config=SHARD_ALL):
+def torch_tower_problem(grid, merge=2):
+    """The same seeded float64 FrameTower, pixels and cu_seqlens on every rank."""
     torch.manual_seed(7)
-    features, merge = 12, 2
+    features = 12
     tower = FrameTower(features, 16, 8, merge).double()
     grid_t = torch.tensor(grid, dtype=torch.int64)
     rows = int(grid_t.prod(-1).sum())
@@ -108,6 +109,11 @@ def scenario_torch_tower(rank, world, group, grid=TORCH_GRID, config=SHARD_ALL):
     cu = torch.nn.functional.pad(
         torch.repeat_interleave(grid_t[:, 1] * grid_t[:, 2], grid_t[:, 0]).cumsum(0), (1, 0)
     ).to(torch.int32)
+    return tower, grid_t, rows, pixel_values, cu
+
+
+def scenario_torch_tower(rank, world, group, grid=TORCH_GRID, config=SHARD_ALL):
+    tower, grid_t, rows, pixel_values, cu = torch_tower_problem(grid)
 
     def step(run):
         tower.zero_grad()
@@ -153,16 +159,8 @@ def scenario_torch_tower(rank, world, group, grid=TORCH_GRID, config=SHARD_ALL):
 def scenario_torch_tower_owner(rank, world, group):
     # gather="owner": visual token i sits at sequence position 2i + 1; each rank receives only
     # the rows of its load-balanced chunks, and its loss uses exactly those rows.
-    torch.manual_seed(7)
-    features, merge = 12, 2
-    tower = FrameTower(features, 16, 8, merge).double()
-    grid_t = torch.tensor(TORCH_GRID, dtype=torch.int64)
-    rows = int(grid_t.prod(-1).sum())
-    tokens = rows // (merge * merge)
-    pixel_values = torch.randn(rows, features, dtype=torch.float64)
-    cu = torch.nn.functional.pad(
-        torch.repeat_interleave(grid_t[:, 1] * grid_t[:, 2], grid_t[:, 0]).cumsum(0), (1, 0)
-    ).to(torch.int32)
+    tower, grid_t, rows, pixel_values, cu = torch_tower_problem(TORCH_GRID)
+    tokens = rows // 4  # 2x2 merge
     pad = 2 * world
     seq_len = (2 * tokens + pad - 1) // pad * pad
     owner = frameshard.visual_token_owners([2 * i + 1 for i in range(tokens)], seq_len, world)
