@@ -178,24 +178,8 @@ LocalPhase run_local_phase(
   const char* rows_meaning = "";
   if (lp.plan.sharded()) {
     stage = "while slicing its pixel rows";
-    const RankShard& shard = lp.plan.ranks.at(rank);
-    std::vector<at::Tensor> pieces;
-    for (const auto& r : shard.pixel_ranges) {
-      pieces.push_back(pixel_values.narrow(0, r.begin, r.size()));
-    }
-    const int64_t zero_rows = shard.local_patch_rows - shard.real_patch_rows;
-    if (zero_rows > 0) {
-      // Floor and dummy frames: zeros, never merged with real media; their
-      // output rows are dropped below, before the gather.
-      pieces.push_back(
-          at::zeros({zero_rows, pixel_values.size(1)}, pixel_values.options()));
-    }
-    in.pixel_values = pieces.empty()       ? pixel_values.narrow(0, 0, 0)
-                      : pieces.size() == 1 ? pieces[0]
-                                           : at::cat(pieces, 0);
-    in.grid_thw = grid_to_tensor(shard.grid, device);
-    in.cu_seqlens = cu_seqlens_tensor(shard.cu_seqlens, device);
-    expected_rows = shard.local_tokens;
+    in = local_tower_input(lp.plan, rank, pixel_values);
+    expected_rows = lp.plan.ranks.at(rank).local_tokens;
     rows_meaning = "local_tokens of the plan: real, floor and dummy frames";
   } else {
     in.pixel_values = pixel_values;
@@ -339,6 +323,30 @@ EncodeResult finish(
 }
 
 }  // namespace
+
+TowerInput local_tower_input(
+    const ShardPlan& plan, int64_t rank, const at::Tensor& pixel_values) {
+  const RankShard& shard = plan.ranks.at(static_cast<size_t>(rank));
+  const c10::Device device = pixel_values.device();
+  std::vector<at::Tensor> pieces;
+  for (const auto& r : shard.pixel_ranges) {
+    pieces.push_back(pixel_values.narrow(0, r.begin, r.size()));
+  }
+  const int64_t zero_rows = shard.local_patch_rows - shard.real_patch_rows;
+  if (zero_rows > 0) {
+    // Floor and dummy frames: zeros, never merged with real media; their
+    // output rows are dropped before the gather.
+    pieces.push_back(
+        at::zeros({zero_rows, pixel_values.size(1)}, pixel_values.options()));
+  }
+  TowerInput in;
+  in.pixel_values = pieces.empty()       ? pixel_values.narrow(0, 0, 0)
+                    : pieces.size() == 1 ? pieces[0]
+                                         : at::cat(pieces, 0);
+  in.grid_thw = grid_to_tensor(shard.grid, device);
+  in.cu_seqlens = cu_seqlens_tensor(shard.cu_seqlens, device);
+  return in;
+}
 
 EncodeResult encode(
     const VisionTower& tower,

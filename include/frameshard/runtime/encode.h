@@ -93,6 +93,13 @@ struct EncodeResult {
   int64_t allgather_bytes_received = 0;
 };
 
+/// What rank `rank` of a sharded `plan` feeds its tower (step 2): its real
+/// frames' rows of `pixel_values`, then zero floor and dummy frames, with
+/// their local grid_thw and cu_seqlens. Not collective (a simulation or a
+/// benchmark can run every rank's share in one process).
+TowerInput local_tower_input(
+    const ShardPlan& plan, int64_t rank, const at::Tensor& pixel_values);
+
 /// Collective; see the banner. `pixel_values` is [sum(t*h*w), features];
 /// `grid_thw` is an integer [media, 3] tensor (any device).
 EncodeResult encode(

@@ -1,0 +1,192 @@
+// Scale simulation of sharded vision: for CP sizes up to 64, run each
+// rank's share of a batch (frameshard::local_tower_input: its frames, floor
+// and dummy frames) through a real tower, forward + backward, one rank after
+// another in this process, and report per partitioner the predicted vision
+// speed-up: replicated time / (slowest rank's time + the gather modelled
+// from a bandwidth), next to the ideal CP-fold bound and the measured
+// imbalance (slowest rank / mean rank) and the sum of the rank times over
+// the replicated time (1 when splitting the work costs nothing extra; below
+// 1 when smaller shares run faster per row, e.g. a working set that fits a
+// CPU cache, which can put the speed-up above the ideal). One table per
+// preset.
+//
+// What it models and what not: rank times are measured (one thread each,
+// no contention), the gather is bytes / bandwidth (the slowest receiving
+// rank's unpadded bytes), and nothing else of a training step is included.
+//
+// Usage: frameshard_scale_sim [--family qwen3-vl] [--width 256] [--depth 2]
+//          [--preset mixed ...] [--scale 0] [--max-patches 8192]
+//          [--cp 2 --cp 4 ...] [--bandwidth-gbps 25] [--repeats 1]
+#include <frameshard/models/cost_bridge.h>
+#include <frameshard/models/qwen_factory.h>
+#include <frameshard/partition.h>
+#include <frameshard/plan.h>
+#include <frameshard/runtime/encode.h>
+
+#include "verify_workload.h"
+
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace frameshard;
+
+struct Args {
+  std::string family = "qwen3-vl";
+  int64_t width = 256;
+  int64_t depth = 2;
+  std::vector<std::string> presets{"mixed"};
+  int64_t scale = 0;
+  int64_t max_patches = 8192;
+  std::vector<int64_t> cps{2, 4, 8, 16, 32, 64};
+  double bandwidth_gbps = 25.0;
+  int repeats = 1;
+};
+
+models::QwenVisionConfig tower_config(const Args& a) {
+  if (a.family == "qwen2-vl") {
+    models::Qwen2VLVisionConfig c;
+    c.depth = a.depth;
+    c.embed_dim = a.width;
+    c.hidden_size = a.width;
+    c.num_heads = std::max<int64_t>(1, a.width / 64);
+    return c;
+  }
+  models::Qwen3VLVisionConfig c;
+  c.depth = a.depth;
+  c.hidden_size = a.width;
+  c.intermediate_size = 4 * a.width;
+  c.num_heads = std::max<int64_t>(1, a.width / 64);
+  c.out_hidden_size = a.width;
+  c.deepstack_visual_indexes = {0};
+  return c;
+}
+
+// Median seconds of forward + backward of `in` (each output summed).
+double time_tower(const models::QwenVisionModel& m, const TowerInput& in,
+                  int repeats) {
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    m.module->zero_grad();
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<at::Tensor> outs = m.tower(in);
+    at::Tensor loss = at::zeros({}, outs[0].options());
+    for (const auto& o : outs) {
+      loss = loss + o.sum();
+    }
+    loss.backward();
+    t.push_back(std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void simulate_preset(const Args& a, const std::string& preset,
+                     const models::QwenVisionModel& m) {
+  cli::WorkloadRequest req;
+  req.preset = preset;
+  req.scale = a.scale;
+  req.max_patches = a.max_patches;
+  const cli::ResolvedWorkload wl = cli::resolve_workload(req);
+  const MediaLayout layout = models::media_layout(m.config);
+  const FrameSet frames = expand_frames(wl.workload.grid, layout);
+  const at::Tensor pixels =
+      at::randn({frames.total_patch_rows, m.config.in_features()});
+  TowerInput all{pixels, grid_to_tensor(wl.workload.grid),
+                 frame_cu_seqlens(wl.workload.grid)};
+  time_tower(m, all, 1);  // warm-up
+  const double t_rep = time_tower(m, all, a.repeats);
+  const int64_t row_bytes = 4 * m.config.out_hidden_size() *
+                            static_cast<int64_t>(m.config.output_names().size());
+  std::printf("\n%s: %lld patch rows, %lld frame units, replicated %.3f s\n",
+              wl.display_label().c_str(),
+              static_cast<long long>(frames.total_patch_rows),
+              static_cast<long long>(frames.units.size()), t_rep);
+  std::printf("%4s %6s", "cp", "ideal");
+  for (Partitioner p : all_partitioners()) {
+    std::printf("  %8s speedup imbal sum/rep", to_string(p).c_str());
+  }
+  std::printf("\n");
+  for (int64_t cp : a.cps) {
+    std::printf("%4lld %6lld", static_cast<long long>(cp),
+                static_cast<long long>(cp));
+    for (Partitioner p : all_partitioners()) {
+      PlanOptions o;
+      o.world = cp;
+      o.partitioner = p;
+      o.layout = layout;
+      o.cost = flop_cost_model(models::tower_dims(m.config));
+      o.policy.enabled = true;
+      o.policy.min_tokens = 0;
+      o.policy.min_frames = 0;
+      const ShardPlan plan = make_plan(wl.workload.grid, o);
+      double slowest = 0.0, sum = 0.0;
+      int64_t received = 0;
+      for (int64_t r = 0; r < cp; ++r) {
+        const double t =
+            time_tower(m, local_tower_input(plan, r, pixels), a.repeats);
+        slowest = std::max(slowest, t);
+        sum += t;
+        received = std::max(
+            received, frames.total_tokens - plan.gather_counts[r]);
+      }
+      const double gather =
+          double(received * row_bytes) / (a.bandwidth_gbps * 1e9);
+      std::printf("  %8s %7.2f %5.2f %7.2f", "", t_rep / (slowest + gather),
+                  slowest / (sum / double(cp)), sum / t_rep);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"Scale simulation: each CP rank's share of the vision work, "
+               "timed one rank after another"};
+  app.add_option("--family", a.family)
+      ->check(CLI::IsMember({"qwen2-vl", "qwen3-vl"}))
+      ->capture_default_str();
+  app.add_option("--width", a.width)->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--depth", a.depth)->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--preset", a.presets, "doc, multi, video, mixed")
+      ->capture_default_str();
+  app.add_option("--scale", a.scale, "h and w divided by S (0: automatic)");
+  app.add_option("--max-patches", a.max_patches,
+                 "Automatic scale: total patch rows at most")
+      ->capture_default_str();
+  app.add_option("--cp", a.cps, "CP sizes")->capture_default_str();
+  app.add_option("--bandwidth-gbps", a.bandwidth_gbps,
+                 "Gather model: GB/s into the slowest receiving rank")
+      ->capture_default_str();
+  app.add_option("--repeats", a.repeats)->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  at::set_num_threads(1);
+  torch::manual_seed(0);
+  const models::QwenVisionModel m = models::make_qwen_vision(tower_config(a));
+  std::printf("scale simulation: %s width %lld depth %lld, 1 thread per "
+              "rank, gather at %.0f GB/s; speedup = replicated / (slowest "
+              "rank + gather), imbal = slowest / mean rank, sum/rep = sum of "
+              "the rank times / replicated\n",
+              a.family.c_str(), static_cast<long long>(a.width),
+              static_cast<long long>(a.depth), a.bandwidth_gbps);
+  for (const auto& p : a.presets) {
+    simulate_preset(a, p, m);
+  }
+  return 0;
+}
