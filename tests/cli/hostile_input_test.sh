@@ -27,7 +27,7 @@ short_err() {  # NAME: stderr is one readable line, not kilobytes
   [ "$n" -lt 1000 ] || fail "$1: stderr is $n bytes"
 }
 
-FS=multimodal.vision.frame_sharding
+FS=distributed.multimodal.vision.frame_sharding
 
 # 1. Argument errors exit 2 (CLI11's own codes are 101-114); --help 0.
 run_cmd usage_unknown 2 "$BIN" plan --no-such-option
@@ -46,7 +46,7 @@ for cmd in encode verify; do
   extra=()
   [ "$cmd" = encode ] && extra=(--model-dir "$TMP" --inputs x --out y)
   if run_cmd "${cmd}_part" 2 "$BIN" "$cmd" "${extra[@]}" --partitioner foo; then
-    expect_err "${cmd}_part" '--partitioner: foo not in'
+    expect_err "${cmd}_part" '^error: --partitioner: foo not in'
   fi
   run_cmd "${cmd}_part_empty" 2 "$BIN" "$cmd" "${extra[@]}" --partitioner ""
   if run_cmd "${cmd}_floor" 2 "$BIN" "$cmd" "${extra[@]}" \
