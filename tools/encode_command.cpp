@@ -27,6 +27,7 @@
 
 #include "commands.h"
 #include "dtype_option.h"
+#include "option_checks.h"
 #include "rank_processes.h"
 #include "shard_options.h"
 #include "tower/check.h"
@@ -130,9 +131,10 @@ Inputs read_inputs(
       " ",
       in.pixel_values.sizes());
   FRAMESHARD_CHECK(
-      g.dim() == 2 && g.size(1) == 3 && !at::isFloatingType(g.scalar_type()),
+      g.dim() == 2 && g.size(1) == 3 && g.size(0) >= 1 &&
+          !at::isFloatingType(g.scalar_type()),
       "encode",
-      "expected an integer grid_thw [n, 3] in ",
+      "expected an integer grid_thw [n, 3] with n >= 1 in ",
       path,
       ", got ",
       g.scalar_type(),
@@ -433,13 +435,15 @@ void register_encode_command(CLI::App& app) {
   cmd->add_option("--nproc", args->nproc, "Rank processes (1: no sharding)")
       ->capture_default_str();
   cmd->add_option(
-      "--partitioner",
-      args->partitioner,
-      "optimal | greedy | count | lpt (default optimal)");
+         "--partitioner",
+         args->partitioner,
+         "optimal | greedy | count | lpt (default optimal)")
+      ->check(partitioner_name());
   cmd->add_option(
-      "--min-local-patch-rows",
-      args->min_local_patch_rows,
-      "Floor of local patch rows per rank (default: the planner's, 96)");
+         "--min-local-patch-rows",
+         args->min_local_patch_rows,
+         "Floor of local patch rows per rank (default: the planner's, 96)")
+      ->check(floor_rows());
   cmd->add_option(
          "--timeout-ms", args->timeout_ms, "Collective timeout per rank")
       ->capture_default_str();

@@ -22,8 +22,17 @@ int main(int argc, char** argv) {
 #endif
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return app.exit(e);  // a command's own exit code (verify's 1, ...)
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every other argument error is a usage
+    // error: one "error: " line and exit 2 as documented (CLI11's own codes
+    // run from 101 to 114).
+    if (e.get_exit_code() == 0) {
+      return app.exit(e);
+    }
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
   } catch (const std::exception& e) {
     // frameshard::Error and c10::Error: the message already names the
     // function, the expected and the actual value.

@@ -2,6 +2,7 @@
 // and compare every partitioner on the same unit costs.
 #include "commands.h"
 #include "dotted_overrides.h"
+#include "option_checks.h"
 
 #include <frameshard/config.h>
 #include <frameshard/error.h>
@@ -459,18 +460,22 @@ void register_plan_command(CLI::App& app) {
   wl_opt->excludes(preset_opt);
   sub->add_option("--seed", args->seed, "Seed of the preset")->default_str("0");
   sub->add_option(
-      "--cp", args->cp, "Ranks K (default: the config's cp_size, else 4)");
+         "--cp", args->cp, "Ranks K (default: the config's cp_size, else 4)")
+      ->check(non_empty());
   sub->add_option(
-      "--partitioner",
-      args->partitioner,
-      "optimal | greedy | count | lpt (default: config, else "
-      "optimal)");
+         "--partitioner",
+         args->partitioner,
+         "optimal | greedy | count | lpt (default: config, else "
+         "optimal)")
+      ->check(partitioner_name());
   sub->add_option(
-      "--alpha",
-      args->alpha,
-      "Cost model: integer alpha | auto | <tower preset> | automodel | "
-      "automodel:<preset> | quadratic:a,b,c (default: config, else auto)");
-  sub->add_option("--config", args->config, "YAML config file");
+         "--alpha",
+         args->alpha,
+         "Cost model: integer alpha | auto | <tower preset> | automodel | "
+         "automodel:<preset> | quadratic:a,b,c (default: config, else auto)")
+      ->check(non_empty());
+  sub->add_option("--config", args->config, "YAML config file")
+      ->check(non_empty());
   sub->add_flag("--json", args->json, "Print one JSON object");
   sub->add_option("--svg", args->svg, "Write an SVG bar chart of the loads");
   sub->allow_extras();

@@ -21,6 +21,7 @@
 
 #include "commands.h"
 #include "dtype_option.h"
+#include "option_checks.h"
 #include "parity/parity.h"
 #include "rank_processes.h"
 #include "shard_options.h"
@@ -262,16 +263,19 @@ void add_workload_options(CLI::App* cmd, VerifyArgs& args) {
       ->capture_default_str()
       ->check(CLI::IsMember({"float64", "float32", "bfloat16"}));
   cmd->add_option(
-      "--partitioner",
-      args.partitioner,
-      "optimal | greedy | count | lpt (default: from --config, else "
-      "optimal)");
+         "--partitioner",
+         args.partitioner,
+         "optimal | greedy | count | lpt (default: from --config, else "
+         "optimal)")
+      ->check(partitioner_name());
   cmd->add_option(
-      "--config", args.config_file, "YAML config (cost model, floor, ...)");
+         "--config", args.config_file, "YAML config (cost model, floor, ...)")
+      ->check(non_empty());
   cmd->add_option(
-      "--min-local-patch-rows",
-      args.min_local_patch_rows,
-      "Floor of local patch rows (default: from --config, else 96)");
+         "--min-local-patch-rows",
+         args.min_local_patch_rows,
+         "Floor of local patch rows (default: from --config, else 96)")
+      ->check(floor_rows());
 }
 
 // The report, the timeout, the scaling; the hidden worker mode.

@@ -4,7 +4,7 @@
 // plus our own keys (marked *):
 //
 //   distributed:
-//     cp_size: 2
+//     cp_size: 2            # at most kMaxWorld (65536)
 //     dp_size: 1            # * used by mesh helpers
 //     tp_size: 1            # *
 //     multimodal:
@@ -14,7 +14,7 @@
 //           mesh_dims: [cp]
 //           min_tokens: 2048
 //           min_frames: 32
-//           min_local_patch_rows: 96
+//           min_local_patch_rows: 96  # at most 2^20
 //           cost_alpha: auto    # or n >= 0, a tower preset, "automodel",
 //                               # "automodel:<preset>", "quadratic:a,b,c"
 //           partitioner: optimal  # * optimal | greedy | count | lpt
@@ -29,8 +29,10 @@
 //   distributed.multimodal.vision.frame_sharding.min_tokens: expected a
 //   non-negative integer, got true
 // Unknown keys, booleans where integers belong, negatives, mesh_dims other
-// than [cp], and the flat legacy key distributed.cp_vision_frame_sharding are
-// rejected.
+// than [cp], the flat legacy key distributed.cp_vision_frame_sharding, YAML
+// anchors and aliases (a self-reference would recurse, nested aliases expand
+// exponentially), a second YAML document and a path that is not a regular
+// file are rejected. Values in errors are cut at 200 characters.
 //
 // Usage:
 //   auto cfg = frameshard::load_config("train.yaml");

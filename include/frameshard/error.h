@@ -20,6 +20,7 @@
 //   // "frameshard::encode: [rank 1/4] "
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
@@ -46,6 +47,14 @@ void append_all(std::ostringstream& os, const T& first, const Rest&... rest) {
   os << first;
   append_all(os, rest...);
 }
+
+/// Longest rendering of a user value in an error (longer ones are cut by
+/// excerpt()), so a 1 MB key or value never makes a 1 MB message.
+constexpr std::size_t kMaxExcerptChars = 200;
+
+/// `text` itself when at most kMaxExcerptChars long, else its first
+/// kMaxExcerptChars characters and "... (<n> characters)".
+std::string excerpt(const std::string& text);
 
 /// error_prefix(fn) followed by every argument streamed in order.
 template <typename... Args>

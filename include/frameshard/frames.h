@@ -12,6 +12,11 @@
 //       {{1, 32, 32}, {8, 16, 24}}, frameshard::MediaLayout{});
 //   // fs.units.size() == 9; fs.units[1].pixel_offset == 1024
 //
+// Limit: a batch expands into at most kMaxFrameUnits (2^20) frame units,
+// sum(t) over grid_thw; expand_frames refuses more before allocating (each
+// unit is 64 bytes and the plan keeps a few vectors per unit, so 2^20 is
+// about 0.3 GB, far above any real microbatch).
+//
 // Pure functions, no communication, thread-safe.
 #pragma once
 
@@ -19,6 +24,9 @@
 #include <vector>
 
 namespace frameshard {
+
+/// Most frame units (sum of grid_thw t) one batch may expand into.
+constexpr int64_t kMaxFrameUnits = int64_t{1} << 20;
 
 /// One `grid_thw` row: temporal patches, patch rows, patch columns.
 struct GridThw {

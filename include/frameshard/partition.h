@@ -29,6 +29,9 @@
 //                                        frameshard::Partitioner::kOptimal);
 //   // p.cuts == {0, 2, 3}, p.rank_costs == {25, 25}
 //
+// Limit: world (cp_size) is at most kMaxWorld = 65536 ranks; the
+// partitioners allocate per rank, so a larger world is refused up front.
+//
 // Pure functions, thread-safe.
 #pragma once
 
@@ -41,6 +44,9 @@ namespace frameshard {
 enum class Partitioner { kOptimal, kGreedy, kCount, kLpt };
 
 std::string to_string(Partitioner p);
+/// Most ranks a partition (and a plan, and distributed.cp_size) may have.
+constexpr int64_t kMaxWorld = 65536;
+
 /// "optimal" | "greedy" | "count" | "lpt"; throws frameshard::Error naming
 /// `field` otherwise.
 Partitioner parse_partitioner(

@@ -13,7 +13,8 @@
 // Floor frames: a rank whose real patch rows are below min_local_patch_rows
 // appends ceil(missing / frame_rows) zero frames at the resolution of its
 // last real frame (one grid row (k, h, w)); their output is dropped before
-// the gather. Dummy-only ranks are never grown.
+// the gather. Dummy-only ranks are never grown. Limit: min_local_patch_rows
+// is at most kMaxMinLocalPatchRows = 2^20, so floor frames stay bounded.
 //
 // Usage:
 //   frameshard::PlanOptions o;
@@ -35,6 +36,10 @@
 #include <vector>
 
 namespace frameshard {
+
+/// Largest PlanOptions::min_local_patch_rows (and
+/// frame_sharding.min_local_patch_rows).
+constexpr int64_t kMaxMinLocalPatchRows = int64_t{1} << 20;
 
 struct PlanOptions {
   int64_t world = 1;  // cp_size: ranks the frames are spread over

@@ -19,6 +19,10 @@
 // (name, seed) gives the same workload on every machine (own PRNG, no
 // std::distribution).
 //
+// Limits of a JSON file: each grid entry at most 2^20, at most 2^40 patch
+// rows and 2^20 frame units (sum of t) in all, nesting at most 64 levels,
+// each key once; values in errors are cut at 200 characters.
+//
 // Usage:
 //   auto wl = frameshard::preset_workload("mixed", 7);
 //   auto wl2 = frameshard::load_workload("batch.json");

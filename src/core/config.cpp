@@ -5,6 +5,7 @@
 #include <frameshard/cost.h>
 #include <frameshard/error.h>
 #include <frameshard/partition.h>
+#include <frameshard/plan.h>
 
 #include "core/config_values.h"
 
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -44,21 +46,31 @@ std::vector<Rule> build_rules() {
   std::vector<Rule> rules;
   // `field` is a generic lambda returning the member, so one accessor
   // serves both the reader (Config&) and the check (const Config&).
-  auto add_int = [&rules](std::string path, int64_t min_value, auto field) {
+  auto add_int = [&rules](
+                     std::string path,
+                     int64_t min_value,
+                     auto field,
+                     int64_t max_value = kNoMax) {
     Rule r;
     r.path = std::move(path);
-    r.read = [min_value, field](
+    r.read = [min_value, max_value, field](
                  const YAML::Node& n,
                  const std::string& p,
                  Config& c,
-                 const Source& s) { field(c) = read_int(n, min_value, p, s); };
-    r.check = [min_value, field](const Config& c, const std::string& p) {
-      check_int(field(c), min_value, p);
+                 const Source& s) {
+      field(c) = read_int(n, min_value, p, s, max_value);
+    };
+    r.check = [min_value, max_value, field](
+                  const Config& c, const std::string& p) {
+      check_int(field(c), min_value, p, "", max_value);
     };
     rules.push_back(std::move(r));
   };
   add_int(
-      "distributed.cp_size", 1, [](auto& c) -> auto& { return c.cp_size; });
+      "distributed.cp_size",
+      1,
+      [](auto& c) -> auto& { return c.cp_size; },
+      kMaxWorld);
   add_int(
       "distributed.dp_size", 1, [](auto& c) -> auto& { return c.dp_size; });
   add_int(
@@ -92,9 +104,10 @@ std::vector<Rule> build_rules() {
         return c.frame_sharding.min_frames;
       });
   add_int(
-      fs_key("min_local_patch_rows"), 0, [](auto& c) -> auto& {
-        return c.frame_sharding.min_local_patch_rows;
-      });
+      fs_key("min_local_patch_rows"),
+      0,
+      [](auto& c) -> auto& { return c.frame_sharding.min_local_patch_rows; },
+      kMaxMinLocalPatchRows);
   rules.push_back(Rule{
       fs_key("cost_alpha"),
       [](const YAML::Node& n,
@@ -232,7 +245,7 @@ class Schema {
         path,
         "a known key under " + (parent.empty() ? "the top level" : parent) +
             " (" + join(known) + ")",
-        "unknown key " + key,
+        "unknown key " + detail::excerpt(key),
         where);
   }
 
@@ -270,7 +283,7 @@ class Schema {
         config_error(
             child,
             "a plain key (nest the sections instead of dotting them)",
-            "key " + key,
+            "key " + detail::excerpt(key),
             src.at(it->first));
       }
       if (!seen.insert(key).second) {
@@ -311,7 +324,7 @@ Config parse_config(
     const std::vector<std::string>& other_sections) {
   YAML::Node root;
   try {
-    root = YAML::Load(yaml);
+    root = load_yaml(yaml, "", Source{source});
   } catch (const YAML::ParserException& e) {
     detail::fail(
         "config",
@@ -331,8 +344,10 @@ Config parse_config(
 
 Config load_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  // A directory opens and reads as empty: it would pass as an empty config.
   FRAMESHARD_CHECK(
-      in.good(),
+      in.good() && std::filesystem::is_regular_file(path, ec),
       "config",
       "expected a readable YAML file, got ",
       path,
@@ -358,7 +373,7 @@ void apply_override(
           dotted_key.empty() ? "(override)" : dotted_key,
           "a dotted key such as " + std::string(kFrameShardingPath) +
               ".enabled",
-          quote(dotted_key));
+          quote(detail::excerpt(dotted_key)));
     }
     const std::string path = parent.empty() ? key : parent + "." + key;
     if (!s.rule(path) && !s.is_map(path)) {
@@ -371,16 +386,19 @@ void apply_override(
       config_error(
           dotted_key,
           "a key that ends at a value (" + path + " has no sub-keys)",
-          "unknown key " + dotted_key.substr(dot + 1));
+          "unknown key " + detail::excerpt(dotted_key.substr(dot + 1)));
     }
     parent = path;
     begin = dot + 1;
   }
   YAML::Node node;
   try {
-    node = YAML::Load(value);
+    node = load_yaml(value, dotted_key, Source{});
   } catch (const YAML::ParserException& e) {
-    config_error(dotted_key, "a YAML value", quote(value) + " (" + e.msg + ")");
+    config_error(
+        dotted_key,
+        "a YAML value",
+        quote(detail::excerpt(value)) + " (" + e.msg + ")");
   }
   Config updated = config;
   s.apply(node, dotted_key, updated, Source{});

@@ -2,6 +2,9 @@
 // config_values.h).
 #include "core/config_values.h"
 
+#include <yaml-cpp/anchor.h>
+#include <yaml-cpp/eventhandler.h>
+
 #include <frameshard/config.h>
 #include <frameshard/cost.h>
 #include <frameshard/error.h>
@@ -12,6 +15,7 @@
 #include <cstdlib>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace frameshard {
 namespace config_detail {
@@ -34,34 +38,133 @@ bool is_plain_scalar(const YAML::Node& n) {
   return n.IsScalar() && n.Tag() == "?";
 }
 
-// The value as the user wrote it, for the "got" part of an error:
-// true, "96", 1.5, -1, [cp, tp], null.
-std::string render(const YAML::Node& n) {
+namespace {
+
+// Appends `n` to `out` until `out` holds more than kMaxExcerptChars.
+void render_into(const YAML::Node& n, std::string& out) {
+  if (out.size() > detail::kMaxExcerptChars) {
+    return;
+  }
   switch (n.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
-      return "null";
+      out += "null";
+      return;
     case YAML::NodeType::Scalar:
-      return is_plain_scalar(n) ? n.Scalar() : quote(n.Scalar());
-    case YAML::NodeType::Sequence: {
-      std::string out = "[";
-      for (std::size_t i = 0; i < n.size(); ++i) {
-        out += (i ? ", " : "") + render(n[i]);
-      }
-      return out + "]";
-    }
+      out +=
+          detail::excerpt(is_plain_scalar(n) ? n.Scalar() : quote(n.Scalar()));
+      return;
+    case YAML::NodeType::Sequence:
     case YAML::NodeType::Map: {
-      std::string out = "{";
+      const bool map = n.IsMap();
+      out += map ? "{" : "[";
       bool first = true;
       for (auto it = n.begin(); it != n.end(); ++it) {
-        out +=
-            (first ? "" : ", ") + render(it->first) + ": " + render(it->second);
+        if (out.size() > detail::kMaxExcerptChars) {
+          break;
+        }
+        out += first ? "" : ", ";
         first = false;
+        if (map) {
+          render_into(it->first, out);
+          out += ": ";
+          render_into(it->second, out);
+        } else {
+          render_into(*it, out);
+        }
       }
-      return out + "}";
+      out += map ? "}" : "]";
+      return;
     }
   }
-  return "?";
+  out += "?";
+}
+
+// Refuses anchors, aliases and a second document while yaml-cpp parses.
+class StrictEvents : public YAML::EventHandler {
+ public:
+  StrictEvents(std::string path, const Source& src)
+      : path_(std::move(path)), src_(src) {}
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents_ > 1) {
+      fail(mark, "one YAML document", "a second document");
+    }
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    check_anchor(mark, anchor);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    fail(mark, kExpected, "an alias (*name)");
+  }
+  void OnScalar(
+      const YAML::Mark& mark,
+      const std::string&,
+      YAML::anchor_t anchor,
+      const std::string&) override {
+    check_anchor(mark, anchor);
+  }
+  void OnSequenceStart(
+      const YAML::Mark& mark,
+      const std::string&,
+      YAML::anchor_t anchor,
+      YAML::EmitterStyle::value) override {
+    check_anchor(mark, anchor);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(
+      const YAML::Mark& mark,
+      const std::string&,
+      YAML::anchor_t anchor,
+      YAML::EmitterStyle::value) override {
+    check_anchor(mark, anchor);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  static constexpr const char* kExpected =
+      "YAML without anchors or aliases (&name, *name)";
+
+  void check_anchor(const YAML::Mark& mark, YAML::anchor_t anchor) const {
+    if (anchor != YAML::NullAnchor) {
+      fail(mark, kExpected, "an anchor (&name)");
+    }
+  }
+  [[noreturn]] void fail(
+      const YAML::Mark& mark,
+      const std::string& expected,
+      const std::string& got) const {
+    const std::string where =
+        src_.name.empty()
+            ? ""
+            : " (in " + src_.name + ":" + std::to_string(mark.line + 1) + ")";
+    config_error(path_, expected, got, where);
+  }
+
+  std::string path_;
+  const Source& src_;
+  int documents_ = 0;
+};
+
+}  // namespace
+
+// The value as the user wrote it, for the "got" part of an error:
+// true, "96", 1.5, -1, [cp, tp], null.
+std::string render(const YAML::Node& n) {
+  std::string out;
+  render_into(n, out);
+  return detail::excerpt(out);
+}
+
+YAML::Node load_yaml(
+    const std::string& text, const std::string& path, const Source& src) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  StrictEvents events(path, src);
+  while (parser.HandleNextDocument(events)) {
+  }
+  return YAML::Load(text);
 }
 
 std::string join(const std::vector<std::string>& items) {
@@ -79,7 +182,7 @@ std::string join(const std::vector<std::string>& items) {
     const std::string& where) {
   detail::fail(
       "config",
-      path.empty() ? "(top level)" : path,
+      path.empty() ? "(top level)" : detail::excerpt(path),
       ": expected ",
       expected,
       ", got ",
@@ -123,7 +226,11 @@ bool parse_int_literal(const std::string& s, int64_t* value) {
   return true;
 }
 
-std::string int_expectation(int64_t min_value) {
+std::string int_expectation(int64_t min_value, int64_t max_value) {
+  if (max_value != kNoMax) {
+    return "an integer in [" + std::to_string(min_value) + ", " +
+           std::to_string(max_value) + "]";
+  }
   return min_value == 0   ? "a non-negative integer"
          : min_value == 1 ? "a positive integer"
                           : "an integer >= " + std::to_string(min_value);
@@ -133,9 +240,14 @@ void check_int(
     int64_t v,
     int64_t min_value,
     const std::string& path,
-    const std::string& where) {
+    const std::string& where,
+    int64_t max_value) {
   if (v < min_value) {
     config_error(path, int_expectation(min_value), std::to_string(v), where);
+  }
+  if (v > max_value) {
+    config_error(
+        path, int_expectation(min_value, max_value), std::to_string(v), where);
   }
 }
 
@@ -143,12 +255,13 @@ int64_t read_int(
     const YAML::Node& n,
     int64_t min_value,
     const std::string& path,
-    const Source& src) {
+    const Source& src,
+    int64_t max_value) {
   int64_t v = 0;
   if (!is_plain_scalar(n) || !parse_int_literal(n.Scalar(), &v)) {
     config_error(path, int_expectation(min_value), render(n), src.at(n));
   }
-  check_int(v, min_value, path, src.at(n));
+  check_int(v, min_value, path, src.at(n), max_value);
   return v;
 }
 

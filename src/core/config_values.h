@@ -38,10 +38,26 @@ bool is_plain_scalar(const YAML::Node& n);
 // true/True/TRUE or false/False/FALSE (YAML 1.2 core schema).
 bool is_yaml_bool(const std::string& s, bool* value);
 
-// "a non-negative integer", "a positive integer", "an integer >= 3".
-std::string int_expectation(int64_t min_value);
+// No upper bound for check_int / read_int.
+constexpr int64_t kNoMax = INT64_MAX;
 
+// "a non-negative integer", "a positive integer", "an integer >= 3",
+// "an integer in [1, 65536]".
+std::string int_expectation(int64_t min_value, int64_t max_value = kNoMax);
+
+// The value as written, for the "got" part of an error; cut to
+// detail::kMaxExcerptChars characters (load_yaml refuses aliases, so the
+// tree is never larger than the text).
 std::string render(const YAML::Node& n);
+
+// YAML::Load of one document, refusing anchors and aliases (a
+// self-referencing alias recurses forever, nested ones expand
+// exponentially: "billion laughs"; the configuration never needs them) and
+// a second document (YAML::Load would ignore it silently). `path` names the
+// value in errors ("" for a whole file). Syntax errors propagate as
+// YAML::ParserException.
+YAML::Node load_yaml(
+    const std::string& text, const std::string& path, const Source& src);
 
 std::string join(const std::vector<std::string>& items);
 
@@ -57,13 +73,15 @@ void check_int(
     int64_t v,
     int64_t min_value,
     const std::string& path,
-    const std::string& where = "");
+    const std::string& where = "",
+    int64_t max_value = kNoMax);
 
 int64_t read_int(
     const YAML::Node& n,
     int64_t min_value,
     const std::string& path,
-    const Source& src);
+    const Source& src,
+    int64_t max_value = kNoMax);
 
 bool read_bool(const YAML::Node& n, const std::string& path, const Source& s);
 

@@ -14,5 +14,13 @@ std::string error_prefix(const char* fn, int64_t rank, int64_t world) {
          std::to_string(world) + "] ";
 }
 
+std::string excerpt(const std::string& text) {
+  if (text.size() <= kMaxExcerptChars) {
+    return text;
+  }
+  return text.substr(0, kMaxExcerptChars) + "... (" +
+         std::to_string(text.size()) + " characters)";
+}
+
 }  // namespace detail
 }  // namespace frameshard

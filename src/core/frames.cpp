@@ -98,6 +98,17 @@ FrameSet expand_frames(
         ")");
     fs.total_patch_rows += thw;
     total_units += g.t;
+    // Before the unit vector is sized by the input.
+    FRAMESHARD_CHECK(
+        total_units <= kMaxFrameUnits,
+        "expand_frames",
+        "expected at most ",
+        kMaxFrameUnits,
+        " frame units (sum of grid_thw t) in a batch, got more by grid_thw[",
+        i,
+        "] (t = ",
+        g.t,
+        ")");
   }
 
   fs.units.resize(static_cast<size_t>(total_units));

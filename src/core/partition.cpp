@@ -20,6 +20,14 @@ namespace {
 
 void check_world(int64_t world, const char* fn) {
   FRAMESHARD_CHECK(world >= 1, fn, "expected world >= 1, got ", world);
+  // The partitioners allocate per rank.
+  FRAMESHARD_CHECK(
+      world <= kMaxWorld,
+      fn,
+      "expected world in [1, ",
+      kMaxWorld,
+      "], got ",
+      world);
 }
 
 // Prefix sums P[0..n] of validated costs. The check rides along the

@@ -251,6 +251,13 @@ int64_t floor_pad_frames(
       fn,
       "expected min_local_patch_rows >= 0, got ",
       min_local_patch_rows);
+  FRAMESHARD_CHECK(
+      min_local_patch_rows <= kMaxMinLocalPatchRows,
+      fn,
+      "expected min_local_patch_rows in [0, ",
+      kMaxMinLocalPatchRows,
+      "], got ",
+      min_local_patch_rows);
   if (min_local_patch_rows == 0 || frame_rows == 0 ||
       local_patch_rows >= min_local_patch_rows) {
     return 0;
@@ -266,9 +273,23 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
       "expected options.world >= 1, got ",
       opts.world);
   FRAMESHARD_CHECK(
+      opts.world <= kMaxWorld,
+      "make_plan",
+      "expected options.world (cp_size) in [1, ",
+      kMaxWorld,
+      "], got ",
+      opts.world);
+  FRAMESHARD_CHECK(
       opts.min_local_patch_rows >= 0,
       "make_plan",
       "expected options.min_local_patch_rows >= 0, got ",
+      opts.min_local_patch_rows);
+  FRAMESHARD_CHECK(
+      opts.min_local_patch_rows <= kMaxMinLocalPatchRows,
+      "make_plan",
+      "expected options.min_local_patch_rows in [0, ",
+      kMaxMinLocalPatchRows,
+      "], got ",
       opts.min_local_patch_rows);
 
   ShardPlan plan;

@@ -27,10 +27,13 @@
 
 #include <frameshard/error.h>
 
+#include "core/json_text.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -212,6 +215,8 @@ Workload make_mixed(SplitMix64& rng, const MediaLayout& layout) {
 
 // ------------------------------------------------------------- JSON
 
+using json_detail::json_excerpt;
+
 [[noreturn]] void workload_error(
     const std::string& field,
     const std::string& expected,
@@ -219,7 +224,7 @@ Workload make_mixed(SplitMix64& rng, const MediaLayout& layout) {
     const std::string& source) {
   detail::fail(
       "workload",
-      field,
+      detail::excerpt(field),
       ": expected ",
       expected,
       ", got ",
@@ -237,17 +242,23 @@ int64_t read_entry(
     const std::string& field,
     const std::string& source) {
   if (!v.is_number_integer()) {
-    workload_error(field, "an integer", v.dump(), source);
+    workload_error(field, "an integer", json_excerpt(v), source);
   }
   if (v.is_number_unsigned() &&
       v.get<uint64_t>() > static_cast<uint64_t>(kMaxEntry)) {
     workload_error(
-        field, "an integer <= " + std::to_string(kMaxEntry), v.dump(), source);
+        field,
+        "an integer <= " + std::to_string(kMaxEntry),
+        json_excerpt(v),
+        source);
   }
   const auto x = v.get<int64_t>();
   if (x > kMaxEntry) {
     workload_error(
-        field, "an integer <= " + std::to_string(kMaxEntry), v.dump(), source);
+        field,
+        "an integer <= " + std::to_string(kMaxEntry),
+        json_excerpt(v),
+        source);
   }
   return x;
 }
@@ -285,16 +296,15 @@ Workload preset_workload(const std::string& name, uint64_t seed) {
 
 Workload parse_workload(const std::string& json, const std::string& source) {
   nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::parse_error& e) {
-    workload_error("(document)", "valid JSON", e.what(), source);
+  std::string problem;
+  if (!json_detail::parse_json_strict(json, doc, problem)) {
+    workload_error("(document)", "valid JSON", problem, source);
   }
   if (!doc.is_object()) {
     workload_error(
         "(document)",
         "a JSON object {\"grid_thw\": [[t, h, w], ...]}",
-        doc.dump(),
+        json_excerpt(doc),
         source);
   }
   Workload wl;
@@ -306,14 +316,16 @@ Workload parse_workload(const std::string& json, const std::string& source) {
     if (key == "grid_thw") {
       has_grid = true;
       if (!v.is_array()) {
-        workload_error(key, "a list of [t, h, w] rows", v.dump(), source);
+        workload_error(
+            key, "a list of [t, h, w] rows", json_excerpt(v), source);
       }
       std::vector<std::vector<int64_t>> rows;
       int64_t patches = 0;
       for (std::size_t i = 0; i < v.size(); ++i) {
         const std::string row_field = "grid_thw[" + std::to_string(i) + "]";
         if (!v[i].is_array()) {
-          workload_error(row_field, "a [t, h, w] row", v[i].dump(), source);
+          workload_error(
+              row_field, "a [t, h, w] row", json_excerpt(v[i]), source);
         }
         std::vector<int64_t> row;
         for (std::size_t j = 0; j < v[i].size(); ++j) {
@@ -327,7 +339,7 @@ Workload parse_workload(const std::string& json, const std::string& source) {
                 row_field,
                 "at most " + std::to_string(kMaxPatches) +
                     " patch rows in the batch",
-                v[i].dump(),
+                json_excerpt(v[i]),
                 source);
           }
           patches += p;
@@ -344,7 +356,7 @@ Workload parse_workload(const std::string& json, const std::string& source) {
     } else if (key == "spatial_merge_size" || key == "temporal_patch_size") {
       if (!v.is_number_integer() || v.get<int64_t>() < 1 ||
           v.get<int64_t>() > kMaxEntry) {
-        workload_error(key, "a positive integer", v.dump(), source);
+        workload_error(key, "a positive integer", json_excerpt(v), source);
       }
       (key == "spatial_merge_size" ? wl.layout.spatial_merge_size
                                    : wl.layout.temporal_patch_size) =
@@ -353,7 +365,7 @@ Workload parse_workload(const std::string& json, const std::string& source) {
       workload_error(
           key,
           "a known key (grid_thw, spatial_merge_size, temporal_patch_size)",
-          "unknown key " + key,
+          "unknown key " + detail::excerpt(key),
           source);
     }
   }
@@ -373,8 +385,10 @@ Workload parse_workload(const std::string& json, const std::string& source) {
 
 Workload load_workload(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  // A directory opens and reads as empty.
   FRAMESHARD_CHECK(
-      in.good(),
+      in.good() && std::filesystem::is_regular_file(path, ec),
       "load_workload",
       "expected a readable JSON file, got ",
       path,

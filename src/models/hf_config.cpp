@@ -3,6 +3,7 @@
 // and the file's layout; typed field I/O is json_fields.cpp.
 #include <frameshard/models/hf_config.h>
 
+#include "core/json_text.h"
 #include "models/file_checks.h"
 #include "models/json_fields.h"
 #include "tower/check.h"
@@ -146,17 +147,16 @@ const ModelType& find_model_type(
 }
 
 json parse_json(const std::string& text, const std::string& source) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    FRAMESHARD_TORCH_CHECK(
-        false,
-        kParseFn,
-        "expected JSON in ",
-        source,
-        ", got a parse error: ",
-        e.what());
-  }
+  json j;
+  std::string problem;
+  FRAMESHARD_TORCH_CHECK(
+      json_detail::parse_json_strict(text, j, problem),
+      kParseFn,
+      "expected JSON in ",
+      source,
+      ", got ",
+      problem);
+  return j;
 }
 
 // The object holding the vision fields: j itself for a bare vision config,

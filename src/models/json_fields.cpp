@@ -1,6 +1,9 @@
 // Typed config fields read from and written to JSON (see json_fields.h).
 #include "models/json_fields.h"
 
+#include <frameshard/models/hf_config.h>
+
+#include "core/json_text.h"
 #include "tower/check.h"
 
 #include <cmath>
@@ -14,13 +17,25 @@ namespace {
 
 using nlohmann::json;
 
-// The rules both directions share.
-bool valid_integer(int64_t v) {
-  return v >= 1;
+using json_detail::json_excerpt;
+
+// The rules both directions share. The upper bounds keep a hostile
+// config.json from sizing the tower (hf_config.h).
+int64_t integer_limit(const char* key) {
+  return std::string(key) == "depth" ? kMaxVisionDepth : kMaxVisionInteger;
 }
-bool valid_number(double v) {
-  // Non-finite numbers have no JSON form (they would be written as null).
-  return std::isfinite(v) && v > 0;
+bool valid_integer(int64_t v, const char* key) {
+  return v >= 1 && v <= integer_limit(key);
+}
+std::string integer_rule(const char* key) {
+  return "an integer in [1, " + std::to_string(integer_limit(key)) + "]";
+}
+bool valid_number(double v, const char* key) {
+  // Non-finite numbers have no JSON form (they would be written as null);
+  // rope_theta is a base, not a size.
+  const bool sized = std::string(key) == "mlp_ratio";
+  return std::isfinite(v) && v > 0 &&
+         (!sized || v <= static_cast<double>(kMaxVisionInteger));
 }
 bool valid_index(int64_t v) {
   return v >= 0;
@@ -103,7 +118,7 @@ void FieldReader::read(
       " to be a string in ",
       source_,
       ", got ",
-      v->dump());
+      json_excerpt(*v));
   out = v->get<std::string>();
 }
 
@@ -130,7 +145,7 @@ void FieldReader::read(
       " to be a list of non-negative integers in ",
       source_,
       ", got ",
-      v->dump());
+      json_excerpt(*v));
   out = values;
 }
 
@@ -140,14 +155,16 @@ void FieldReader::integer(const char* key, int64_t& out) const {
     return;
   }
   FRAMESHARD_TORCH_CHECK(
-      v->is_number_integer() && valid_integer(v->get<int64_t>()),
+      v->is_number_integer() && valid_integer(v->get<int64_t>(), key),
       fn_,
       "expected ",
       name(key),
-      " to be an integer >= 1 in ",
+      " to be ",
+      integer_rule(key),
+      " in ",
       source_,
       ", got ",
-      v->dump());
+      json_excerpt(*v));
   out = v->get<int64_t>();
 }
 
@@ -160,17 +177,19 @@ void FieldReader::size(const char* key, int64_t& out) const {
   bool ok = !v->empty();
   for (size_t i = 0; ok && i < v->size(); ++i) {
     ok = (*v)[i].is_number_integer() && (*v)[i] == (*v)[0] &&
-         valid_integer((*v)[i].get<int64_t>());
+         valid_integer((*v)[i].get<int64_t>(), key);
   }
   FRAMESHARD_TORCH_CHECK(
       ok,
       fn_,
       "expected ",
       name(key),
-      " to be a positive integer or a list of equal ones in ",
+      " to be ",
+      integer_rule(key),
+      " or a list of equal ones in ",
       source_,
       ", got ",
-      v->dump());
+      json_excerpt(*v));
   out = (*v)[0].get<int64_t>();
 }
 
@@ -180,14 +199,16 @@ void FieldReader::number(const char* key, double& out) const {
     return;
   }
   FRAMESHARD_TORCH_CHECK(
-      v->is_number() && v->get<double>() > 0,
+      v->is_number() && valid_number(v->get<double>(), key),
       fn_,
       "expected ",
       name(key),
-      " to be a positive number in ",
+      " to be a positive number",
+      std::string(key) == "mlp_ratio" ? " <= 65536" : "",
+      " in ",
       source_,
       ", got ",
-      v->dump());
+      json_excerpt(*v));
   out = v->get<double>();
 }
 
@@ -207,7 +228,7 @@ void FieldReader::rope(double& theta) const {
       " to be an object in ",
       source_,
       ", got ",
-      r->dump());
+      json_excerpt(*r));
   FieldReader rr(*r, name("rope_parameters"), source_, fn_);
   rr.number("rope_theta", theta);
   std::string type = "axial";
@@ -236,11 +257,13 @@ std::string FieldWriter::name(const char* key) const {
 void FieldWriter::write(const char* key, FieldKind kind, int64_t value) {
   check_kind(integer_kind(kind), fn_, name(key));
   FRAMESHARD_TORCH_CHECK(
-      valid_integer(value),
+      valid_integer(value, key),
       fn_,
       "expected ",
       name(key),
-      " to be an integer >= 1, got ",
+      " to be ",
+      integer_rule(key),
+      ", got ",
       value);
   out_[key] = value;
 }
@@ -249,7 +272,7 @@ void FieldWriter::write(const char* key, FieldKind kind, double value) {
   check_kind(number_kind(kind), fn_, name(key));
   const bool rope = kind == FieldKind::kRopeTheta;
   FRAMESHARD_TORCH_CHECK(
-      valid_number(value),
+      valid_number(value, key),
       fn_,
       "expected ",
       rope ? name("rope_parameters") + ".rope_theta" : name(key),

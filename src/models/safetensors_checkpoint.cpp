@@ -1,5 +1,6 @@
 // SafetensorsCheckpoint: one safetensors file or a sharded
 // model.safetensors.index.json (see frameshard/models/safetensors.h).
+#include "core/json_text.h"
 #include "models/file_checks.h"
 #include "models/safetensors_detail.h"
 
@@ -7,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace frameshard {
 namespace models {
@@ -43,22 +45,27 @@ bool is_index(const std::string& source) {
              0;
 }
 
+bool inside_directory(const std::string& file) {
+  const fs::path p = fs::path(file).lexically_normal();
+  return !file.empty() && p.is_relative() && !p.empty() && *p.begin() != ".." &&
+         p != ".";
+}
+
 nlohmann::json read_index(const std::string& source) {
   detail::regular_file_size(source, kOpenFn);
   std::ifstream in(source);
   FRAMESHARD_TORCH_CHECK(in, kOpenFn, "cannot open ", source);
+  std::ostringstream text;
+  text << in.rdbuf();
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    FRAMESHARD_TORCH_CHECK(
-        false,
-        kOpenFn,
-        "expected JSON in ",
-        source,
-        ", got a parse error: ",
-        e.what());
-  }
+  std::string problem;
+  FRAMESHARD_TORCH_CHECK(
+      json_detail::parse_json_strict(text.str(), j, problem),
+      kOpenFn,
+      "expected JSON in ",
+      source,
+      ", got ",
+      problem);
   FRAMESHARD_TORCH_CHECK(
       j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
       kOpenFn,
@@ -95,8 +102,20 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
         "\" in the weight_map of ",
         ck.source_,
         ", got ",
-        it.value().dump());
+        json_detail::json_excerpt(it.value()));
     const std::string file = it.value().get<std::string>();
+    // A shard beside the index: never an absolute path or one through "..",
+    // which would read a file outside the checkpoint directory.
+    FRAMESHARD_TORCH_CHECK(
+        inside_directory(file),
+        kOpenFn,
+        "expected a file name inside the checkpoint directory for \"",
+        ::frameshard::detail::excerpt(it.key()),
+        "\" in the weight_map of ",
+        ck.source_,
+        ", got \"",
+        ::frameshard::detail::excerpt(file),
+        "\"");
     auto found = file_index.find(file);
     if (found == file_index.end()) {
       ck.files_.push_back(

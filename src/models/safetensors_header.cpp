@@ -2,6 +2,8 @@
 // safetensors_detail.h).
 #include "models/safetensors_detail.h"
 
+#include "core/json_text.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -14,6 +16,7 @@ namespace detail {
 
 namespace {
 
+using json_detail::json_excerpt;
 using nlohmann::json;
 constexpr const char* kFn = "SafetensorsFile";
 
@@ -42,7 +45,7 @@ std::map<std::string, std::string> parse_metadata(
         ", got ",
         m.value().type_name(),
         " for \"",
-        m.key(),
+        ::frameshard::detail::excerpt(m.key()),
         "\"");
     out[m.key()] = m.value().get<std::string>();
   }
@@ -57,13 +60,14 @@ HeaderEntry parse_entry(
   };
   if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
       !v.contains("data_offsets")) {
-    bad("an object with \"dtype\", \"shape\" and \"data_offsets\"", v.dump());
+    bad("an object with \"dtype\", \"shape\" and \"data_offsets\"",
+        json_excerpt(v));
   }
   HeaderEntry h;
   SafetensorsEntry& e = h.entry;
   e.name = name;
   if (!v["dtype"].is_string()) {
-    bad("a string \"dtype\"", v["dtype"].dump());
+    bad("a string \"dtype\"", json_excerpt(v["dtype"]));
   }
   e.dtype_name = v["dtype"].get<std::string>();
   h.bits = safetensors_dtype_bits(e.dtype_name);
@@ -74,14 +78,14 @@ HeaderEntry parse_entry(
   e.dtype = readable_dtype(e.dtype_name);
   const json& shape = v["shape"];
   if (!shape.is_array()) {
-    bad("a \"shape\" list of non-negative integers", shape.dump());
+    bad("a \"shape\" list of non-negative integers", json_excerpt(shape));
   }
   // numel, refusing overflow (a corrupt shape must not wrap around).
   h.numel = 1;
   bool overflow = false;
   for (const auto& d : shape) {
     if (!non_negative_integer(d)) {
-      bad("a \"shape\" list of non-negative integers", shape.dump());
+      bad("a \"shape\" list of non-negative integers", json_excerpt(shape));
     }
     const int64_t n = d.get<int64_t>();
     e.shape.push_back(n);
@@ -91,12 +95,13 @@ HeaderEntry parse_entry(
     h.numel *= n;
   }
   if (overflow) {
-    bad("a shape whose byte size fits in 64 bits", shape.dump());
+    bad("a shape whose byte size fits in 64 bits", json_excerpt(shape));
   }
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !non_negative_integer(off[0]) ||
       !non_negative_integer(off[1])) {
-    bad("\"data_offsets\" [begin, end] of non-negative integers", off.dump());
+    bad("\"data_offsets\" [begin, end] of non-negative integers",
+        json_excerpt(off));
   }
   e.begin = off[0].get<int64_t>();
   e.end = off[1].get<int64_t>();
@@ -149,7 +154,7 @@ void fail_entry(
       "expected ",
       what,
       " for tensor \"",
-      name,
+      ::frameshard::detail::excerpt(name),
       "\" in ",
       path,
       ", got ",
@@ -159,17 +164,14 @@ void fail_entry(
 SafetensorsHeader parse_safetensors_header(
     const std::string& text, const std::string& path) {
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    FRAMESHARD_TORCH_CHECK(
-        false,
-        kFn,
-        "expected a JSON header in ",
-        path,
-        ", got a parse error: ",
-        e.what());
-  }
+  std::string problem;
+  FRAMESHARD_TORCH_CHECK(
+      json_detail::parse_json_strict(text, j, problem),
+      kFn,
+      "expected a JSON header in ",
+      path,
+      ", got ",
+      problem);
   FRAMESHARD_TORCH_CHECK(
       j.is_object(),
       kFn,

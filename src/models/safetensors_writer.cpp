@@ -3,7 +3,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
+
+#include <unistd.h>
 
 namespace frameshard {
 namespace models {
@@ -48,8 +51,13 @@ void save_safetensors(
   while ((text.size() % 8) != 0) {
     text.push_back(' ');
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  FRAMESHARD_TORCH_CHECK(out, fn, "cannot open ", path, " for writing");
+  // Written under a temporary name beside `path` and renamed once complete,
+  // so a write that fails midway (disk full) never leaves a truncated file
+  // under the name a reader expects.
+  const std::string partial =
+      path + ".partial-" + std::to_string(static_cast<long>(::getpid()));
+  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+  FRAMESHARD_TORCH_CHECK(out, fn, "cannot open ", partial, " for writing");
   const uint64_t n = text.size();
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) {
@@ -65,7 +73,21 @@ void save_safetensors(
     }
   }
   out.flush();
-  FRAMESHARD_TORCH_CHECK(out.good(), fn, "failed writing ", path);
+  const bool written = out.good();
+  out.close();
+  std::error_code ec;
+  if (written && !out.fail()) {
+    std::filesystem::rename(partial, path, ec);
+  }
+  if (!written || out.fail() || ec) {
+    std::filesystem::remove(partial, ec);
+    FRAMESHARD_TORCH_CHECK(
+        false,
+        fn,
+        "expected to write ",
+        path,
+        ", got a failed write (the partial file was removed)");
+  }
 }
 
 }  // namespace models

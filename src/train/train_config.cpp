@@ -62,7 +62,7 @@ std::vector<std::string> top_level_keys() {
 
 YAML::Node load_value(const std::string& dotted_key, const std::string& value) {
   try {
-    return YAML::Load(value);
+    return config_detail::load_yaml(value, dotted_key, Source{});
   } catch (const YAML::ParserException& e) {
     config_error(dotted_key, "a YAML value", quote(value) + " (" + e.msg + ")");
   }
@@ -110,6 +110,7 @@ TrainConfig parse_train_config(
   TrainConfig config;
   // Syntax errors, the top-level keys and `distributed`: core's wording.
   config.parallel = parse_config(yaml, source, recipe_sections());
+  // parse_config above already refused aliases and a second document.
   const YAML::Node root = YAML::Load(yaml);
   const Source src{source};
   if (root.IsMap()) {

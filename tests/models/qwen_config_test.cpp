@@ -115,7 +115,8 @@ TEST(QwenConfig, RejectsBadConfigsNamingTheField) {
       "vision_config to be an object");
   EXPECT_TORCH_ERROR_CONTAINS(
       parse(R"({"model_type":"qwen2_vl","vision_config":{"depth":"2"}})"),
-      "vision_config.depth to be an integer >= 1 in my/config.json, got \"2\"");
+      "vision_config.depth to be an integer in [1, 256] in my/config.json, got "
+      "\"2\"");
   EXPECT_TORCH_ERROR_CONTAINS(
       parse(R"({"model_type":"qwen3_vl","vision_config":{"depth":0}})"),
       "vision_config.depth");
@@ -126,7 +127,7 @@ TEST(QwenConfig, RejectsBadConfigsNamingTheField) {
   EXPECT_TORCH_ERROR_CONTAINS(
       parse(
           R"({"model_type":"qwen3_vl","vision_config":{"patch_size":[2,3]}})"),
-      "patch_size to be a positive integer or a list of equal ones");
+      "patch_size to be an integer in [1, 65536] or a list of equal ones");
   EXPECT_TORCH_ERROR_CONTAINS(
       parse(R"({"model_type":"qwen3_vl","vision_config":{"rope_parameters":)"
             R"({"rope_type":"yarn"}}})"),
@@ -405,7 +406,7 @@ TEST(QwenConfigWriter, RefusesValuesTheParserWouldRefuse) {
   EXPECT_TORCH_ERROR_CONTAINS(
       json_of(q2),
       "frameshard::qwen_vision_config_json: expected vision_config.depth to "
-      "be an integer >= 1, got 0");
+      "be an integer in [1, 256], got 0");
   q2 = every_field_qwen2();
   q2.mlp_ratio = -1;
   EXPECT_TORCH_ERROR_CONTAINS(

@@ -7,6 +7,12 @@
 // without DeepStack). The vision fields live under "vision_config" (a bare
 // vision config, model_type "<family>_vision", has them at the top level).
 //
+// Limits, checked before anything is sized by them: vision `depth` is at
+// most kMaxVisionDepth (256; released towers have 24 to 32 blocks), every
+// other integer field (widths, heads, window_size, patch sizes...) at most
+// kMaxVisionInteger (65536), mlp_ratio at most kMaxVisionInteger too; the
+// JSON nests at most 64 levels and names each key once.
+//
 // Usage:
 //   auto cfg = frameshard::models::load_qwen_vision_config("/ckpt/Qwen3-VL");
 //   cfg.as<frameshard::models::Qwen3VLVisionConfig>().depth = 2;
@@ -15,10 +21,16 @@
 
 #include <frameshard/models/qwen_config.h>
 
+#include <cstdint>
 #include <string>
 
 namespace frameshard {
 namespace models {
+
+/// Largest vision_config.depth read or written.
+constexpr int64_t kMaxVisionDepth = 256;
+/// Largest value of any other integer (or mlp_ratio) field.
+constexpr int64_t kMaxVisionInteger = 65536;
 
 /// Parses a config.json text. Missing or null fields take HF's defaults;
 /// other keys are ignored; wrongly typed or invalid fields raise naming

@@ -1,0 +1,193 @@
+// Hostile input to the models layer (issue 13): deeply nested or
+// duplicate-keyed JSON in safetensors headers, config.json and checkpoint
+// indexes; config.json sizes that would exhaust memory; a weight_map that
+// escapes the checkpoint directory; a write that fails midway. Each is an
+// error with a short message, never a crash or an input-sized allocation.
+#include <frameshard/models/hf_config.h>
+#include <frameshard/models/safetensors.h>
+
+#include "testing/qwen_fixtures.h"
+#include "testing/scratch_dir.h"
+#include "testing/torch_error.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <sys/resource.h>
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+namespace models {
+namespace {
+
+using testing::ScratchDir;
+using testing::torch_error_of;
+using testing::write_bytes;
+
+constexpr std::size_t kShortMessage = 1000;
+
+std::string safetensors_bytes(const std::string& header) {
+  std::string out(8, '\0');
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) {
+    out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  }
+  return out + header;
+}
+
+std::string nested(std::size_t levels) {
+  return std::string(levels, '[') + std::string(levels, ']');
+}
+
+void expect_short_error(const std::string& m, const std::string& part) {
+  EXPECT_NE(m.find(part), std::string::npos) << m;
+  EXPECT_LT(m.size(), kShortMessage);
+}
+
+TEST(HostileSafetensors, NestingOfAHundredThousandLevelsIsAShortError) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/deep.safetensors";
+  for (std::size_t levels : {10000u, 100000u}) {
+    write_bytes(
+        path,
+        safetensors_bytes(
+            "{\"a\": {\"dtype\": \"F32\", \"shape\": " + nested(levels) +
+            ", \"data_offsets\": [0, 0]}}"));
+    expect_short_error(
+        torch_error_of([&] { SafetensorsFile f(path); }),
+        "nesting deeper than 64 levels");
+  }
+}
+
+TEST(HostileSafetensors, DuplicateTensorNamesAreAnError) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/dup.safetensors";
+  const std::string e =
+      R"({"dtype": "F32", "shape": [0], "data_offsets": [0, 0]})";
+  write_bytes(path, safetensors_bytes("{\"a\": " + e + ", \"a\": " + e + "}"));
+  expect_short_error(
+      torch_error_of([&] { SafetensorsFile f(path); }),
+      "a duplicate key \"a\"");
+}
+
+TEST(HostileSafetensors, AMegabyteTensorNameGivesAShortMessage) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/long.safetensors";
+  write_bytes(
+      path, safetensors_bytes("{\"" + std::string(1 << 20, 'n') + "\": 1}"));
+  expect_short_error(
+      torch_error_of([&] { SafetensorsFile f(path); }), "characters)");
+}
+
+TEST(HostileCheckpoint, AWeightMapEntryOutsideTheDirectoryIsRefused) {
+  ScratchDir root;
+  const std::string ckpt = root.path() + "/ckpt";
+  std::filesystem::create_directory(ckpt);
+  save_safetensors(
+      root.path() + "/outside.safetensors", {{"a", at::ones({2})}});
+  const std::vector<std::string> escapes = {
+      "../outside.safetensors",
+      root.path() + "/outside.safetensors",
+      "sub/../../outside.safetensors"};
+  for (const std::string& file : escapes) {
+    write_bytes(
+        ckpt + "/model.safetensors.index.json",
+        "{\"weight_map\": {\"a\": \"" + file + "\"}}");
+    expect_short_error(
+        torch_error_of([&] { SafetensorsCheckpoint::open(ckpt); }),
+        "expected a file name inside the checkpoint directory for \"a\"");
+  }
+}
+
+TEST(HostileCheckpoint, NestedOrDuplicateIndexJsonIsAnError) {
+  ScratchDir dir;
+  const std::string index = dir.path() + "/model.safetensors.index.json";
+  write_bytes(index, "{\"weight_map\": " + nested(100000) + "}");
+  expect_short_error(
+      torch_error_of([&] { SafetensorsCheckpoint::open(dir.path()); }),
+      "nesting deeper than 64 levels");
+  write_bytes(index, R"({"weight_map": {}, "weight_map": {}})");
+  expect_short_error(
+      torch_error_of([&] { SafetensorsCheckpoint::open(dir.path()); }),
+      "a duplicate key \"weight_map\"");
+}
+
+TEST(HostileHfConfig, NestingDuplicatesAndHugeNumbersAreShortErrors) {
+  const std::string head = R"({"model_type": "qwen3_vl", "vision_config": )";
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(head + nested(100000) + "}", "deep.json");
+      }),
+      "expected JSON in deep.json, got nesting deeper than 64 levels");
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(
+            head + R"({"depth": 2, "depth": 3}})", "dup.json");
+      }),
+      "a duplicate key \"depth\"");
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(head + R"({"depth": 1e400}})", "big.json");
+      }),
+      "expected JSON in big.json, got a parse error");
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(
+            head + "{\"hidden_act\": [\"" + std::string(1 << 20, 'x') +
+            "\"]}}");
+      }),
+      "vision_config.hidden_act to be a string");
+}
+
+TEST(HostileHfConfig, SizesThatWouldExhaustMemoryNameFieldLimitAndValue) {
+  const std::string head = R"({"model_type": "qwen2_5_vl", "vision_config": )";
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(head + R"({"depth": 1099511627776}})");
+      }),
+      "expected vision_config.depth to be an integer in [1, 256] in "
+      "config.json, got 1099511627776");
+  for (const char* key :
+       {"window_size", "hidden_size", "intermediate_size", "num_heads"}) {
+    expect_short_error(
+        torch_error_of([&] {
+          parse_qwen_vision_config(head + "{\"" + key + "\": 1099511627776}}");
+        }),
+        std::string("vision_config.") + key +
+            " to be an integer in [1, 65536]");
+  }
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(
+            R"({"model_type": "qwen2_vl", "vision_config": {"mlp_ratio": 1e300}})");
+      }),
+      "vision_config.mlp_ratio to be a positive number <= 65536");
+}
+
+TEST(HostileWrite, AWriteThatFailsMidwayLeavesNoTruncatedFile) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/out.safetensors";
+  // A file-size limit makes the write fail after 4 KB (EFBIG, not SIGXFSZ).
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto* previous = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string m = torch_error_of([&] {
+    save_safetensors(path, {{"x", at::zeros({1 << 16})}});
+  });
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_NE(m.find("got a failed write"), std::string::npos) << m;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+}  // namespace
+}  // namespace models
+}  // namespace frameshard
