@@ -26,8 +26,8 @@
 #include "verify_workload.h"
 
 #include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -71,8 +71,8 @@ models::QwenVisionConfig tower_config(const Args& a) {
 }
 
 // Median seconds of forward + backward of `in` (each output summed).
-double time_tower(const models::QwenVisionModel& m, const TowerInput& in,
-                  int repeats) {
+double time_tower(
+    const models::QwenVisionModel& m, const TowerInput& in, int repeats) {
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
     m.module->zero_grad();
@@ -83,16 +83,18 @@ double time_tower(const models::QwenVisionModel& m, const TowerInput& in,
       loss = loss + o.sum();
     }
     loss.backward();
-    t.push_back(std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - start)
-                    .count());
+    t.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
 
-void simulate_preset(const Args& a, const std::string& preset,
-                     const models::QwenVisionModel& m) {
+void simulate_preset(
+    const Args& a,
+    const std::string& preset,
+    const models::QwenVisionModel& m) {
   cli::WorkloadRequest req;
   req.preset = preset;
   req.scale = a.scale;
@@ -102,24 +104,29 @@ void simulate_preset(const Args& a, const std::string& preset,
   const FrameSet frames = expand_frames(wl.workload.grid, layout);
   const at::Tensor pixels =
       at::randn({frames.total_patch_rows, m.config.in_features()});
-  TowerInput all{pixels, grid_to_tensor(wl.workload.grid),
-                 frame_cu_seqlens(wl.workload.grid)};
+  TowerInput all{
+      pixels,
+      grid_to_tensor(wl.workload.grid),
+      frame_cu_seqlens(wl.workload.grid)};
   time_tower(m, all, 1);  // warm-up
   const double t_rep = time_tower(m, all, a.repeats);
-  const int64_t row_bytes = 4 * m.config.out_hidden_size() *
-                            static_cast<int64_t>(m.config.output_names().size());
-  std::printf("\n%s: %lld patch rows, %lld frame units, replicated %.3f s\n",
-              wl.display_label().c_str(),
-              static_cast<long long>(frames.total_patch_rows),
-              static_cast<long long>(frames.units.size()), t_rep);
+  const int64_t row_bytes =
+      4 * m.config.out_hidden_size() *
+      static_cast<int64_t>(m.config.output_names().size());
+  std::printf(
+      "\n%s: %lld patch rows, %lld frame units, replicated %.3f s\n",
+      wl.display_label().c_str(),
+      static_cast<long long>(frames.total_patch_rows),
+      static_cast<long long>(frames.units.size()),
+      t_rep);
   std::printf("%4s %6s", "cp", "ideal");
   for (Partitioner p : all_partitioners()) {
     std::printf("  %8s speedup imbal sum/rep", to_string(p).c_str());
   }
   std::printf("\n");
   for (int64_t cp : a.cps) {
-    std::printf("%4lld %6lld", static_cast<long long>(cp),
-                static_cast<long long>(cp));
+    std::printf(
+        "%4lld %6lld", static_cast<long long>(cp), static_cast<long long>(cp));
     for (Partitioner p : all_partitioners()) {
       PlanOptions o;
       o.world = cp;
@@ -137,13 +144,17 @@ void simulate_preset(const Args& a, const std::string& preset,
             time_tower(m, local_tower_input(plan, r, pixels), a.repeats);
         slowest = std::max(slowest, t);
         sum += t;
-        received = std::max(
-            received, frames.total_tokens - plan.gather_counts[r]);
+        received =
+            std::max(received, frames.total_tokens - plan.gather_counts[r]);
       }
       const double gather =
           double(received * row_bytes) / (a.bandwidth_gbps * 1e9);
-      std::printf("  %8s %7.2f %5.2f %7.2f", "", t_rep / (slowest + gather),
-                  slowest / (sum / double(cp)), sum / t_rep);
+      std::printf(
+          "  %8s %7.2f %5.2f %7.2f",
+          "",
+          t_rep / (slowest + gather),
+          slowest / (sum / double(cp)),
+          sum / t_rep);
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -154,37 +165,48 @@ void simulate_preset(const Args& a, const std::string& preset,
 
 int main(int argc, char** argv) {
   Args a;
-  CLI::App app{"Scale simulation: each CP rank's share of the vision work, "
-               "timed one rank after another"};
+  CLI::App app{
+      "Scale simulation: each CP rank's share of the vision work, "
+      "timed one rank after another"};
   app.add_option("--family", a.family)
       ->check(CLI::IsMember({"qwen2-vl", "qwen3-vl"}))
       ->capture_default_str();
-  app.add_option("--width", a.width)->check(CLI::PositiveNumber)
+  app.add_option("--width", a.width)
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--depth", a.depth)->check(CLI::PositiveNumber)
+  app.add_option("--depth", a.depth)
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--preset", a.presets, "doc, multi, video, mixed")
       ->capture_default_str();
   app.add_option("--scale", a.scale, "h and w divided by S (0: automatic)");
-  app.add_option("--max-patches", a.max_patches,
-                 "Automatic scale: total patch rows at most")
+  app.add_option(
+         "--max-patches",
+         a.max_patches,
+         "Automatic scale: total patch rows at most")
       ->capture_default_str();
   app.add_option("--cp", a.cps, "CP sizes")->capture_default_str();
-  app.add_option("--bandwidth-gbps", a.bandwidth_gbps,
-                 "Gather model: GB/s into the slowest receiving rank")
+  app.add_option(
+         "--bandwidth-gbps",
+         a.bandwidth_gbps,
+         "Gather model: GB/s into the slowest receiving rank")
       ->capture_default_str();
-  app.add_option("--repeats", a.repeats)->check(CLI::PositiveNumber)
+  app.add_option("--repeats", a.repeats)
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
   torch::manual_seed(0);
   const models::QwenVisionModel m = models::make_qwen_vision(tower_config(a));
-  std::printf("scale simulation: %s width %lld depth %lld, 1 thread per "
-              "rank, gather at %.0f GB/s; speedup = replicated / (slowest "
-              "rank + gather), imbal = slowest / mean rank, sum/rep = sum of "
-              "the rank times / replicated\n",
-              a.family.c_str(), static_cast<long long>(a.width),
-              static_cast<long long>(a.depth), a.bandwidth_gbps);
+  std::printf(
+      "scale simulation: %s width %lld depth %lld, 1 thread per "
+      "rank, gather at %.0f GB/s; speedup = replicated / (slowest "
+      "rank + gather), imbal = slowest / mean rank, sum/rep = sum of "
+      "the rank times / replicated\n",
+      a.family.c_str(),
+      static_cast<long long>(a.width),
+      static_cast<long long>(a.depth),
+      a.bandwidth_gbps);
   for (const auto& p : a.presets) {
     simulate_preset(a, p, m);
   }

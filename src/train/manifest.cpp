@@ -5,7 +5,11 @@
 
 #include <frameshard/error.h>
 
+#include "core/json_text.h"
+
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
 
 #include <fstream>
 #include <sstream>
@@ -48,13 +52,21 @@ bool small_non_negative(const nlohmann::json& v) {
 }
 
 // The value as written, with ", " between list items: [1, 27, 28].
+// A grid row as written ("[1, 27, 28]"); anything else (deeper, longer,
+// not numbers) through the bounded core excerpt, so a hostile value never
+// makes a huge or deeply recursive message.
 std::string render(const nlohmann::json& v) {
-  if (!v.is_array()) {
-    return v.dump();
+  const bool short_numbers =
+      v.is_array() && v.size() <= 8 &&
+      std::all_of(v.begin(), v.end(), [](const nlohmann::json& x) {
+        return x.is_number();
+      });
+  if (!short_numbers) {
+    return json_detail::json_excerpt(v);
   }
   std::string out = "[";
   for (std::size_t i = 0; i < v.size(); ++i) {
-    out += (i ? ", " : "") + render(v[i]);
+    out += (i ? ", " : "") + v[i].dump();
   }
   return out + "]";
 }
@@ -124,14 +136,10 @@ std::vector<int64_t> read_text_runs(
 ManifestSample read_sample(
     const std::string& line, const MediaLayout& layout, const LineRef& at) {
   nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  std::string problem;
+  if (!json_detail::parse_json_strict(line, doc, problem)) {
     line_error(
-        at,
-        "",
-        "a JSON object per line",
-        "invalid JSON (" + std::string(e.what()) + ")");
+        at, "", "a JSON object per line", "invalid JSON (" + problem + ")");
   }
   if (!doc.is_object()) {
     line_error(
@@ -139,15 +147,15 @@ ManifestSample read_sample(
         "",
         "a JSON object per line ({\"grid_thw\": [[t, h, w], ...], "
         "\"text_tokens\": n})",
-        doc.dump());
+        json_detail::json_excerpt(doc));
   }
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (it.key() != "grid_thw" && it.key() != "text_tokens") {
       line_error(
           at,
-          it.key(),
+          detail::excerpt(it.key()),
           "a known key (grid_thw, text_tokens)",
-          "unknown key " + it.key());
+          "unknown key " + detail::excerpt(it.key()));
     }
   }
   if (!doc.contains("grid_thw")) {

@@ -397,6 +397,26 @@ TEST(ManifestBatch, RejectsStepsWithoutLabelsAndBadRanks) {
       "sample 0: expected no text runs or 2");
 }
 
+TEST(Manifest, HostileLinesGiveShortErrorsNotCrashes) {
+  const MediaLayout layout;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string big_key(1 << 20, 'k');
+  for (const std::string& line :
+       {"{\"grid_thw\": " + deep + "}",
+        std::string("{\"grid_thw\": [[1, 2, 2]], \"grid_thw\": [[1, 4, 4]]}"),
+        std::string("{\"grid_thw\": [[1, 2, 2]], \"text_tokens\": 1e400}"),
+        "{\"" + big_key + "\": 1}"}) {
+    try {
+      parse_manifest(line + "\n", layout, "hostile.jsonl");
+      ADD_FAILURE() << "expected an error for " << line.substr(0, 60);
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("hostile.jsonl:1"), std::string::npos) << msg;
+      EXPECT_LT(msg.size(), 1200u) << msg.substr(0, 300);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace train
 }  // namespace frameshard
