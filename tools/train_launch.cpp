@@ -112,22 +112,10 @@ double loss_tolerance(const train::TrainConfig& cfg) {
 
 int report_ab(const TrainRun& run, const ArmRecord& rep, const ArmRecord& sh) {
   if (!run.plot.empty()) {
-    train::PlotSeries a{"replicated", {}, {}};
-    train::PlotSeries b{"sharded", {}, {}};
-    for (size_t s = 0; s < rep.steps.size(); ++s) {
-      a.loss.push_back(rep.steps[s].front().loss);
-      b.loss.push_back(sh.steps[s].front().loss);
-      double ta = 0, tb = 0;
-      for (const auto& m : rep.steps[s])
-        ta = std::max(ta, m.step_seconds);
-      for (const auto& m : sh.steps[s])
-        tb = std::max(tb, m.step_seconds);
-      a.step_seconds.push_back(ta);
-      b.step_seconds.push_back(tb);
-    }
     std::ofstream f(run.plot);
     f << train::ab_plot_svg(
-        {a, b}, "frameshard ab: replicated vs sharded vision");
+        {plot_series(rep), plot_series(sh)},
+        "frameshard ab: replicated vs sharded vision");
     FRAMESHARD_CHECK(f.good(), "ab", "expected to write --plot ", run.plot);
   }
   if (run.json) {

@@ -182,6 +182,16 @@ void print_train_summary(std::ostream& os, const ArmRecord& arm) {
   }
 }
 
+train::PlotSeries plot_series(const ArmRecord& arm) {
+  train::PlotSeries p{arm.name, {}, {}};
+  for (const auto& ranks : arm.steps) {
+    p.loss.push_back(ranks.front().loss);
+  }
+  p.step_seconds =
+      per_step_max(arm, [](const auto& m) { return m.step_seconds; });
+  return p;
+}
+
 double loss_max_abs_diff(const ArmRecord& a, const ArmRecord& b) {
   FRAMESHARD_CHECK(
       a.steps.size() == b.steps.size(),
@@ -287,11 +297,7 @@ nlohmann::json arm_json(const ArmRecord& arm) {
       per_step_max(arm, [](const auto& m) { return m.peak_bytes; });
   j["vision_peak_bytes"] =
       per_step_max(arm, [](const auto& m) { return m.vision_peak_bytes; });
-  std::vector<double> losses;
-  for (const auto& ranks : arm.steps) {
-    losses.push_back(ranks.front().loss);
-  }
-  j["losses"] = losses;
+  j["losses"] = plot_series(arm).loss;
   std::vector<std::vector<int64_t>> received;
   for (const auto& ranks : arm.steps) {
     received.emplace_back();

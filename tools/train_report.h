@@ -5,6 +5,7 @@
 // (first-touch allocations, thread pools), when there are 2 steps or more.
 #pragma once
 
+#include <frameshard/train/ab_plot.h>
 #include <frameshard/train/trainer.h>
 
 #include <nlohmann/json.hpp>
@@ -64,6 +65,9 @@ nlohmann::json arm_json(const ArmRecord& arm);
 /// "gather_time_ratio", "peak_bytes_ratio", "vision_peak_bytes_ratio",
 /// "loss_max_abs_diff"}; ratios are sharded over replicated.
 nlohmann::json ab_json(const ArmRecord& replicated, const ArmRecord& sharded);
+
+/// The arm's per-step losses and step times (slowest rank), as plotted.
+train::PlotSeries plot_series(const ArmRecord& arm);
 
 /// Largest |loss_sharded - loss_replicated| over the steps.
 double loss_max_abs_diff(const ArmRecord& a, const ArmRecord& b);

@@ -16,6 +16,7 @@
 #include <frameshard/owner_route.h>
 #include <frameshard/runtime/route.h>
 
+#include "core/fingerprint.h"
 #include "runtime/collectives.h"
 #include "runtime/consensus.h"
 #include "tower/check.h"
@@ -139,11 +140,15 @@ void check_token_owner(
 
 /// What the ranks must agree on besides the plan: the owner map.
 uint64_t owner_fingerprint(const std::vector<int64_t>& owner) {
-  uint64_t h = 0x9e3779b97f4a7c15ULL ^ owner.size();
-  for (int64_t o : owner) {
-    h = (h ^ static_cast<uint64_t>(o)) * 0x100000001b3ULL;
+  if (owner.empty()) {
+    return 0;
   }
-  return owner.empty() ? 0 : h;
+  internal::Fingerprint fp;
+  fp.add(static_cast<int64_t>(owner.size()));
+  for (int64_t o : owner) {
+    fp.add(o);
+  }
+  return fp.finish();
 }
 
 /// Planning, slicing, the tower and the output checks. `stage` names the

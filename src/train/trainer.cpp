@@ -35,6 +35,7 @@ struct Trainer::State {
   PlanOptions plan;
   models::QwenVisionModel tower;
   Decoder decoder{nullptr};
+  std::vector<at::Tensor> params;  // tower's, then decoder's
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::vector<ManifestSample> manifest;
   MemoryStats memory{c10::Device(c10::kCPU)};
@@ -173,12 +174,12 @@ Trainer::Trainer(
     if (!config.data.manifest.empty()) {
       s.manifest = load_manifest(config.data.manifest, s.plan.layout);
     }
-    std::vector<at::Tensor> params = s.tower.module->parameters();
+    s.params = s.tower.module->parameters();
     for (const auto& p : s.decoder->parameters()) {
-      params.push_back(p);
+      s.params.push_back(p);
     }
     s.optimizer = std::make_unique<torch::optim::AdamW>(
-        params,
+        s.params,
         torch::optim::AdamWOptions(config.train.lr)
             .weight_decay(config.train.weight_decay));
     s.vision = std::make_unique<detail::VisionStage>(
@@ -390,10 +391,9 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   s.memory.reset_peak();
   const int64_t features = s.tower.config.in_features();
   LocalBatch b = local_batch(*this, s.config, step, s.dtype, device, features);
-  for (auto& p : s.tower.module->parameters()) {
+  for (auto& p : s.params) {
     p.mutable_grad() = at::Tensor();
   }
-  s.decoder->zero_grad();
 
   EncodeOptions eo;
   eo.plan = s.plan;
@@ -420,11 +420,7 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   s.vision->backward_gather();
   s.vision->backward_tower();
 
-  std::vector<at::Tensor> params = s.tower.module->parameters();
-  for (const auto& p : s.decoder->parameters()) {
-    params.push_back(p);
-  }
-  all_reduce_gradients(params, s.groups.world, s.dp);
+  all_reduce_gradients(s.params, s.groups.world, s.dp);
   m.step = step;
   m.loss = global_loss(loss, s.groups.world, s.dp);
   m.vision_seconds = s.vision->tower_seconds();
