@@ -32,6 +32,21 @@ class Module;
 
 namespace frameshard {
 
+/// Split frames: sends the rows of this rank's pieces to the other ranks
+/// holding pieces of the same frames and returns, per piece of
+/// TowerInput::pieces (in order), the whole frame's rows: every piece's
+/// rows, pieces in rank order (= frame row order), each in the order its
+/// holder passed them (this rank's own rows included, by reference, so
+/// their gradient flows locally too). `rows` is [local rows, F]: all local
+/// rows, one cu_seqlens segment per local frame. Differentiable: the
+/// backward returns each row's gradient, summed over every rank that used
+/// it, to the rank that sent it. Collective over the CP group: when set,
+/// every rank calls it once per full-attention layer, in layer order, even
+/// a rank without pieces; it raises the same error on every rank when a
+/// rank fails (frameshard/runtime/encode.h).
+using PieceExchange =
+    std::function<std::vector<at::Tensor>(const at::Tensor& rows)>;
+
 /// What the tower receives: the local frames only.
 struct TowerInput {
   at::Tensor pixel_values;  // [local_patch_rows, features], same dtype/device
@@ -39,6 +54,15 @@ struct TowerInput {
   at::Tensor grid_thw;      // int64 [local grid rows, 3], same device as
                             // pixel_values (Qwen towers index with it)
   at::Tensor cu_seqlens;    // int32 [local frames + 1], one segment per frame
+  /// Split frames (frameshard/frames.h FramePiece): local frames of which
+  /// this rank holds only rows [begin, end); their grid row is the whole
+  /// frame's geometry and their cu_seqlens segment the piece's rows. A
+  /// tower attends each piece's queries to the whole frame's keys and
+  /// values from `exchange`, computes positions from the whole frame's
+  /// geometry at the piece's offset, and keeps every other layer local.
+  /// Empty and unset unless the plan split a frame.
+  std::vector<FramePiece> pieces;
+  PieceExchange exchange;
 };
 
 using VisionTower = std::function<std::vector<at::Tensor>(const TowerInput&)>;
