@@ -104,10 +104,7 @@ void simulate_preset(
   const FrameSet frames = expand_frames(wl.workload.grid, layout);
   const at::Tensor pixels =
       at::randn({frames.total_patch_rows, m.config.in_features()});
-  TowerInput all{
-      pixels,
-      grid_to_tensor(wl.workload.grid),
-      frame_cu_seqlens(wl.workload.grid)};
+  const TowerInput all = whole_frames_input(pixels, wl.workload.grid);
   time_tower(m, all, 1);  // warm-up
   const double t_rep = time_tower(m, all, a.repeats);
   const int64_t row_bytes =

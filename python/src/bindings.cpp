@@ -207,6 +207,13 @@ at::Tensor gather_binding(
 VisionTower python_tower(const py::object& tower) {
   const py::object* fn = &tower;  // outlives the encode call
   return [fn](const TowerInput& in) {
+    // Set on every rank of a split plan: refusing it everywhere raises the
+    // same error on every rank (a Python tower gets no pieces API yet).
+    if (in.exchange) {
+      throw std::runtime_error(
+          "expected whole frames for a Python tower, got a plan with split "
+          "frames (split_frames: true is for the C++ Qwen towers for now)");
+    }
     py::gil_scoped_acquire gil;
     try {
       py::object out = (*fn)(in.pixel_values, in.grid_thw, in.cu_seqlens);
