@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,45 @@ TEST(SplitPartition, CutsAFrameOnlyWhenNoFrameBoundaryReachesTheOptimum) {
     }
   }
   EXPECT_GT(interior, 150);
+}
+
+// Batches of up to 40 frames over up to 64 ranks under the default cost
+// model: every relation of the ranks holds, and the bottleneck lies between
+// the mean and the unsplit optimum.
+TEST(SplitPartition, LargerRandomBatchesKeepEveryPlanRelation) {
+  int split_plans = 0;
+  for (uint64_t seed = 0; seed < 60; ++seed) {
+    SplitMix64 rng(1000 + seed);
+    PlanOptions o;
+    o.world = rng.uniform(2, 64);
+    o.policy.enabled = true;
+    o.policy.min_tokens = 0;
+    o.split.enabled = true;
+    o.split.window_side = rng.uniform(0, 1) * 8;
+    Grid grid;
+    const int64_t media = rng.uniform(1, 12);
+    for (int64_t m = 0; m < media; ++m) {
+      grid.push_back(GridThw{
+          rng.uniform(1, 3) == 3 ? rng.uniform(2, 8) : 1,
+          2 * rng.uniform(4, 80),
+          2 * rng.uniform(4, 80)});
+    }
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const ShardPlan plan = make_plan(grid, o);
+    const double mean =
+        plan.frames.units.empty()
+            ? 0.0
+            : std::accumulate(
+                  plan.unit_costs.begin(), plan.unit_costs.end(), 0.0) /
+                  static_cast<double>(o.world);
+    EXPECT_GE(plan.partition.max_cost(), mean * (1 - 1e-12));
+    EXPECT_LE(plan.partition.max_cost(), plan.unsplit_max_cost);
+    if (plan.split) {
+      ++split_plans;
+      check_split_plan(plan, SplitModel(plan.frames, o));
+    }
+  }
+  EXPECT_GT(split_plans, 30);
 }
 
 TEST(SplitPartition, EqualFramesOnEqualRanksAreNotSplit) {
