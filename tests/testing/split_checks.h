@@ -6,6 +6,8 @@
 // a check of every documented relation of a split plan's ranks.
 //
 // Usage:
+//   PlanOptions opts = split_options(4);
+//   ShardPlan plan = make_plan({{1, 64, 64}}, opts);
 //   SplitModel m(plan.frames, opts);
 //   double best = m.brute_force_optimum(opts.world);
 //   check_split_plan(plan, m);
@@ -26,6 +28,19 @@
 
 namespace frameshard {
 namespace testing {
+
+/// Sharded split plans under cost p^2 (c = 0), no floor frames.
+inline PlanOptions split_options(int64_t world, double exchange = 0.0) {
+  PlanOptions o;
+  o.world = world;
+  o.policy.enabled = true;
+  o.policy.min_tokens = 0;
+  o.min_local_patch_rows = 0;
+  o.cost = CostModel::quadratic(1.0, 0.0, 0.0);
+  o.split.enabled = true;
+  o.split.exchange_row_cost = exchange;
+  return o;
+}
 
 class SplitModel {
  public:

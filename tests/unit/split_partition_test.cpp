@@ -19,21 +19,10 @@ namespace {
 using testing::check_split_plan;
 using testing::relative_gap;
 using testing::row_cuts_of;
+using testing::split_options;
 using testing::SplitModel;
 
 using Grid = std::vector<GridThw>;
-
-PlanOptions split_options(int64_t world) {
-  PlanOptions o;
-  o.world = world;
-  o.policy.enabled = true;
-  o.policy.min_tokens = 0;
-  o.min_local_patch_rows = 0;
-  o.cost = CostModel::quadratic(1.0, 0.0, 0.0);
-  o.split.enabled = true;
-  o.split.exchange_row_cost = 0.0;
-  return o;
-}
 
 struct RandomCase {
   Grid grid;

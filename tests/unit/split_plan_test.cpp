@@ -19,22 +19,11 @@ namespace {
 using testing::check_split_plan;
 using testing::error_of;
 using testing::expect_contains;
+using testing::split_options;
 using testing::SplitModel;
 
 using Grid = std::vector<GridThw>;
 using Ints = std::vector<int64_t>;
-
-PlanOptions split_options(int64_t world, double exchange = 0.0) {
-  PlanOptions o;
-  o.world = world;
-  o.policy.enabled = true;
-  o.policy.min_tokens = 0;
-  o.min_local_patch_rows = 0;
-  o.cost = CostModel::quadratic(1.0, 0.0, 0.0);
-  o.split.enabled = true;
-  o.split.exchange_row_cost = exchange;
-  return o;
-}
 
 TEST(SplitPlan, OneFrameIsSpreadOverEveryRankInOrder) {
   for (int64_t world = 2; world <= 4; ++world) {
