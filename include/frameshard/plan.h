@@ -22,6 +22,7 @@
 //   o.policy.enabled = true;
 //   auto plan = frameshard::make_plan({{1, 64, 64}, {16, 16, 16}}, o);
 //   for (const auto& r : plan.ranks) { ... r.grid, r.pixel_ranges ... }
+//   o.split.enabled = true;  // may cut large frames across ranks
 //
 // Pure functions, thread-safe.
 #pragma once
@@ -143,6 +144,8 @@ struct ShardPlan {
   /// touches and partition.assignment the rank holding each unit's first
   /// row. unsplit_max_cost is the optimal max rank cost without splitting.
   bool split = false;
+  /// Also set (to partition.max_cost()) in unsplit plans of the optimal
+  /// partitioner; 0 for the other partitioners.
   double unsplit_max_cost = 0.0;
   /// 64-bit fingerprint over everything the ranks must agree on (path,
   /// world, layout, units, assignment, per-rank grids, pieces, pads,
@@ -154,8 +157,16 @@ struct ShardPlan {
   }
 };
 
-/// Expands `grid`, costs the units, decides the path and partitions.
+/// Expands `grid`, costs the units, decides the path and partitions. With
+/// options.split.enabled (partitioner optimal only, else frameshard::Error)
+/// the sharded path may cut frames into pieces (frameshard/split_plan.h);
+/// when that does not strictly lower the bottleneck the plan is exactly the
+/// unsplit one.
 ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts);
+
+/// The fingerprint of `plan`'s current fields (what make_plan stores in
+/// plan.fingerprint), e.g. to check that a plan was not altered.
+uint64_t recompute_fingerprint(const ShardPlan& plan);
 
 /// A fingerprint as the tools print it: "0x" and 16 hex digits.
 std::string fingerprint_hex(uint64_t fingerprint);

@@ -2,7 +2,7 @@
 
 The fields, defaults and error messages are those of the YAML key
 `distributed.multimodal.vision.frame_sharding` (NeMo Automodel's schema plus frameshard's own
-`partitioner` and `tower`): every field is applied to the defaults as a dotted override by the
+`partitioner`, `gather`, `split_frames` and `tower`): every field is applied to the defaults as a dotted override by the
 C++ config code, so a bad value raises exactly the message a YAML file would, e.g.
 
     frameshard::config: distributed.multimodal.vision.frame_sharding.min_tokens:
@@ -57,6 +57,9 @@ class FrameShardingConfig:
         partitioner: "optimal" (exact contiguous), "greedy", "count" or "lpt".
         gather: "all" (every rank receives every visual row) or "owner" (each row goes only to
             the rank whose sequence shard uses it; shard_vision then needs token_owner).
+        split_frames: let the optimal partitioner cut frames larger than a rank's share into
+            pieces across ranks (plan() reports them; shard_vision refuses it: a Python tower
+            is not given the pieces).
         tower: the tower whose FLOPs "auto" counts (e.g. "qwen3-vl").
 
     Construction validates every field (FrameshardError with the YAML message).
@@ -70,6 +73,7 @@ class FrameShardingConfig:
     cost_alpha: Union[str, float] = "auto"
     partitioner: str = "optimal"
     gather: str = "all"
+    split_frames: bool = False
     tower: str = "qwen3-vl"
 
     def __post_init__(self) -> None:

@@ -85,6 +85,7 @@ py::dict fields_dict(const FrameShardingConfig& fs) {
   d["cost_alpha"] = fs.cost_alpha;
   d["partitioner"] = fs.partitioner;
   d["gather"] = fs.gather;
+  d["split_frames"] = fs.split_frames;
   d["tower"] = fs.tower;
   return d;
 }
@@ -128,6 +129,12 @@ py::dict rank_dict(const RankShard& r) {
   d["local_patch_rows"] = r.local_patch_rows;
   d["local_tokens"] = r.local_tokens;
   d["cost"] = r.cost;
+  py::list pieces;
+  for (const FramePiece& p : r.pieces) {
+    pieces.append(py::make_tuple(p.frame, p.begin, p.end));
+  }
+  d["pieces"] = pieces;
+  d["exchange_rows"] = r.exchange_rows;
   return d;
 }
 
@@ -166,6 +173,8 @@ py::dict plan_dict(const ShardPlan& plan) {
   d["restore_rows"] = plan.restore_rows;
   d["total_patch_rows"] = plan.frames.total_patch_rows;
   d["total_tokens"] = plan.frames.total_tokens;
+  d["split"] = plan.split;
+  d["unsplit_max_cost"] = plan.unsplit_max_cost;
   d["fingerprint"] = fingerprint_hex(plan.fingerprint);
   return d;
 }
@@ -207,13 +216,6 @@ at::Tensor gather_binding(
 VisionTower python_tower(const py::object& tower) {
   const py::object* fn = &tower;  // outlives the encode call
   return [fn](const TowerInput& in) {
-    // Set on every rank of a split plan: refusing it everywhere raises the
-    // same error on every rank (a Python tower gets no pieces API yet).
-    if (in.exchange) {
-      throw std::runtime_error(
-          "expected whole frames for a Python tower, got a plan with split "
-          "frames (split_frames: true is for the C++ Qwen towers for now)");
-    }
     py::gil_scoped_acquire gil;
     try {
       py::object out = (*fn)(in.pixel_values, in.grid_thw, in.cu_seqlens);
@@ -250,6 +252,13 @@ py::tuple encode_binding(
       overrides, cp_size, spatial_merge_size, temporal_patch_size);
   o.tower_trainable = tower_trainable;
   o.timeout = millis(timeout_ms);
+  // A Python tower is called with (pixel_values, grid_thw, cu_seqlens): it
+  // would encode a piece of a split frame as if it were a whole frame.
+  FRAMESHARD_CHECK(
+      !o.plan.split.enabled,
+      "shard_vision",
+      "split_frames: expected false for a Python tower (it is not given the "
+      "pieces of split frames nor their K/V exchange), got true");
   const VisionTower cpp_tower = python_tower(tower);
   EncodeResult res;
   {

@@ -154,6 +154,25 @@ std::vector<Rule> build_rules() {
         }
       }});
   rules.push_back(Rule{
+      fs_key("split_frames"),
+      [](const YAML::Node& n,
+         const std::string& p,
+         Config& c,
+         const Source& s) {
+        c.frame_sharding.split_frames = read_bool(n, p, s);
+      },
+      // Checked after the whole file: the partitioner may come later in it.
+      [](const Config& c, const std::string& p) {
+        const auto& fs = c.frame_sharding;
+        if (fs.split_frames && fs.partitioner != "optimal") {
+          config_error(
+              p,
+              "false with partitioner " + quote(fs.partitioner) +
+                  " (frames are split by the optimal partitioner only)",
+              "true");
+        }
+      }});
+  rules.push_back(Rule{
       fs_key("tower"),
       [](const YAML::Node& n,
          const std::string& p,
@@ -441,6 +460,8 @@ std::string to_yaml(const Config& config) {
   }
   out << YAML::Key << "partitioner" << YAML::Value << fs.partitioner;
   out << YAML::Key << "gather" << YAML::Value << fs.gather;
+  out << YAML::Key << "split_frames" << YAML::Value << YAML::TrueFalseBool
+      << fs.split_frames;
   out << YAML::Key << "tower" << YAML::Value << fs.tower;
   out << YAML::EndMap << YAML::EndMap << YAML::EndMap;
   out << YAML::EndMap << YAML::EndMap;
@@ -458,6 +479,15 @@ PlanOptions plan_options(const Config& config) {
   o.policy.enabled = fs.enabled;
   o.policy.min_tokens = fs.min_tokens;
   o.policy.min_frames = fs.min_frames;
+  o.split.enabled = fs.split_frames;
+  // Pieces of a window-attention tower end on window rows (8 patch rows
+  // for Qwen2.5-VL's 8 x 8 patch windows).
+  const int64_t window = tower_preset(fs.tower).window_patches;
+  int64_t side = 0;
+  while ((side + 1) * (side + 1) <= window) {
+    ++side;
+  }
+  o.split.window_side = side;
   return o;
 }
 

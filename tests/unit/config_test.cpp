@@ -44,6 +44,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(x.min_local_patch_rows, y.min_local_patch_rows);
   EXPECT_EQ(x.cost_alpha, y.cost_alpha);
   EXPECT_EQ(x.partitioner, y.partitioner);
+  EXPECT_EQ(x.split_frames, y.split_frames);
   EXPECT_EQ(x.gather, y.gather);
   EXPECT_EQ(x.tower, y.tower);
 }
@@ -260,7 +261,7 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
   expect_contains(
       msg,
       "(enabled, mesh_dims, min_tokens, min_frames, min_local_patch_rows, "
-      "cost_alpha, partitioner, gather, tower)");
+      "cost_alpha, partitioner, gather, split_frames, tower)");
 
   msg = error_of(
       [] { parse_config("distributed:\n  multimodal:\n    audio: {}\n"); });
@@ -392,6 +393,7 @@ TEST(Config, ToYamlRoundTrips) {
   configs[1].frame_sharding.partitioner = "lpt";
   configs[1].frame_sharding.tower = "qwen2-vl";
   configs[1].frame_sharding.gather = "owner";
+  configs[3].frame_sharding.split_frames = true;
   configs[2].frame_sharding.cost_alpha = "quadratic:1,2.5,0";
   configs[2].frame_sharding.partitioner = "count";
   configs[3].frame_sharding.cost_alpha = "automodel:qwen3.5";
