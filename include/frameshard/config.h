@@ -26,6 +26,9 @@
 //                                 # a frame into pieces of its patch rows
 //                                 # across ranks (frameshard/split_plan.h);
 //                                 # needs partitioner optimal
+//           split_exchange_cost: 1000  # * cost units per K/V row a piece
+//                                 # receives (SplitOptions::
+//                                 # exchange_row_cost), 0 to 2^40
 //           tower: qwen3-vl       # * tower whose FLOPs "auto" counts
 //
 // Every error names the full key path, what was expected and what was given:
@@ -67,8 +70,12 @@ struct FrameShardingConfig {
   std::string partitioner = "optimal";
   std::string gather = "all";
   bool split_frames = false;
+  int64_t split_exchange_cost = 1000;
   std::string tower = "qwen3-vl";
 };
+
+/// Largest frame_sharding.split_exchange_cost.
+constexpr int64_t kMaxSplitExchangeCost = int64_t{1} << 40;
 
 struct Config {
   int64_t cp_size = 1;

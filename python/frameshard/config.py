@@ -60,6 +60,7 @@ class FrameShardingConfig:
         split_frames: let the optimal partitioner cut frames larger than a rank's share into
             pieces across ranks (plan() reports them; shard_vision refuses it: a Python tower
             is not given the pieces).
+        split_exchange_cost: cost units per key/value row a piece receives (integer >= 0).
         tower: the tower whose FLOPs "auto" counts (e.g. "qwen3-vl").
 
     Construction validates every field (FrameshardError with the YAML message).
@@ -74,6 +75,7 @@ class FrameShardingConfig:
     partitioner: str = "optimal"
     gather: str = "all"
     split_frames: bool = False
+    split_exchange_cost: int = 1000
     tower: str = "qwen3-vl"
 
     def __post_init__(self) -> None:

@@ -86,6 +86,7 @@ py::dict fields_dict(const FrameShardingConfig& fs) {
   d["partitioner"] = fs.partitioner;
   d["gather"] = fs.gather;
   d["split_frames"] = fs.split_frames;
+  d["split_exchange_cost"] = fs.split_exchange_cost;
   d["tower"] = fs.tower;
   return d;
 }

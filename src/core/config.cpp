@@ -172,6 +172,11 @@ std::vector<Rule> build_rules() {
               "true");
         }
       }});
+  add_int(
+      fs_key("split_exchange_cost"),
+      0,
+      [](auto& c) -> auto& { return c.frame_sharding.split_exchange_cost; },
+      kMaxSplitExchangeCost);
   rules.push_back(Rule{
       fs_key("tower"),
       [](const YAML::Node& n,
@@ -462,6 +467,8 @@ std::string to_yaml(const Config& config) {
   out << YAML::Key << "gather" << YAML::Value << fs.gather;
   out << YAML::Key << "split_frames" << YAML::Value << YAML::TrueFalseBool
       << fs.split_frames;
+  out << YAML::Key << "split_exchange_cost" << YAML::Value
+      << fs.split_exchange_cost;
   out << YAML::Key << "tower" << YAML::Value << fs.tower;
   out << YAML::EndMap << YAML::EndMap << YAML::EndMap;
   out << YAML::EndMap << YAML::EndMap;
@@ -480,6 +487,7 @@ PlanOptions plan_options(const Config& config) {
   o.policy.min_tokens = fs.min_tokens;
   o.policy.min_frames = fs.min_frames;
   o.split.enabled = fs.split_frames;
+  o.split.exchange_row_cost = static_cast<double>(fs.split_exchange_cost);
   // Pieces of a window-attention tower end on window rows (8 patch rows
   // for Qwen2.5-VL's 8 x 8 patch windows).
   const int64_t window = tower_preset(fs.tower).window_patches;

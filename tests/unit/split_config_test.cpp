@@ -94,6 +94,22 @@ TEST(SplitFramesConfig, OverridesAndRoundTrips) {
   EXPECT_EQ(to_yaml(parse_config(text)), text);
 }
 
+TEST(SplitFramesConfig, ExchangeCostIsANonNegativeIntegerWithALimit) {
+  EXPECT_EQ(plan_options(Config{}).split.exchange_row_cost, 1000.0);
+  Config c;
+  apply_override(c, kFs + ".split_exchange_cost", "0");
+  EXPECT_EQ(plan_options(c).split.exchange_row_cost, 0.0);
+  expect_contains(
+      error_of([&] { apply_override(c, kFs + ".split_exchange_cost", "-1"); }),
+      kFs + ".split_exchange_cost: expected");
+  expect_contains(
+      error_of([] {
+        parse_config(fs_doc("        split_exchange_cost: 2199023255553\n"));
+      }),
+      "got 2199023255553");
+  EXPECT_EQ(c.frame_sharding.split_exchange_cost, 0);
+}
+
 TEST(SplitFramesConfig, WindowTowersCutOnWindowRows) {
   Config c;
   c.frame_sharding.split_frames = true;
