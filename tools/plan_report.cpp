@@ -215,11 +215,51 @@ void print_plan(std::ostream& os, const PlanReport& rep) {
   }
 }
 
+namespace {
+
+// Per rank: its rows, cost and local frames, and the pieces of split frames.
+nlohmann::json ranks_json(const ShardPlan& plan) {
+  const Partition& part = plan.partition;
+  const double total = part.mean_cost() * static_cast<double>(part.world);
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankShard& r : plan.ranks) {
+    nlohmann::json grid = nlohmann::json::array();
+    for (const GridThw& g : r.grid) {
+      grid.push_back({g.t, g.h, g.w});
+    }
+    nlohmann::json pieces = nlohmann::json::array();
+    for (const FramePiece& p : r.pieces) {
+      pieces.push_back(
+          {{"unit", r.units[static_cast<std::size_t>(p.frame)]},
+           {"frame", p.frame},
+           {"begin", p.begin},
+           {"end", p.end}});
+    }
+    ranks.push_back({
+        {"rank", r.rank},
+        {"units", r.units.size()},
+        {"patch_rows", r.real_patch_rows},
+        {"tokens", r.real_tokens},
+        {"cost", r.cost},
+        {"share", total > 0 ? r.cost / total : 0.0},
+        {"pad_frames", r.pad_frames},
+        {"dummy_frames", r.dummy_frames},
+        {"local_patch_rows", r.local_patch_rows},
+        {"local_tokens", r.local_tokens},
+        {"grid", grid},
+        {"pieces", pieces},
+        {"exchange_rows", r.exchange_rows},
+    });
+  }
+  return ranks;
+}
+
+}  // namespace
+
 nlohmann::json plan_json(const PlanReport& rep) {
   const ShardPlan& plan = rep.plan;
   const FrameSet& f = plan.frames;
   const Partition& part = plan.partition;
-  const double total = part.mean_cost() * static_cast<double>(part.world);
   nlohmann::json j;
   j["workload"] = rep.workload.name;
   j["origin"] = rep.origin;
@@ -257,37 +297,7 @@ nlohmann::json plan_json(const PlanReport& rep) {
   const ExchangeVolume v = exchange_volume(plan, rep.tower);
   j["exchange_rows"] = v.rows;
   j["exchange_mib"] = v.mib;
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const RankShard& r : plan.ranks) {
-    nlohmann::json grid = nlohmann::json::array();
-    for (const GridThw& g : r.grid) {
-      grid.push_back({g.t, g.h, g.w});
-    }
-    nlohmann::json pieces = nlohmann::json::array();
-    for (const FramePiece& p : r.pieces) {
-      pieces.push_back(
-          {{"unit", r.units[static_cast<std::size_t>(p.frame)]},
-           {"frame", p.frame},
-           {"begin", p.begin},
-           {"end", p.end}});
-    }
-    ranks.push_back({
-        {"rank", r.rank},
-        {"units", r.units.size()},
-        {"patch_rows", r.real_patch_rows},
-        {"tokens", r.real_tokens},
-        {"cost", r.cost},
-        {"share", total > 0 ? r.cost / total : 0.0},
-        {"pad_frames", r.pad_frames},
-        {"dummy_frames", r.dummy_frames},
-        {"local_patch_rows", r.local_patch_rows},
-        {"local_tokens", r.local_tokens},
-        {"grid", grid},
-        {"pieces", pieces},
-        {"exchange_rows", r.exchange_rows},
-    });
-  }
-  j["ranks"] = ranks;
+  j["ranks"] = ranks_json(plan);
   j["gather_counts"] = plan.gather_counts;
   j["fingerprint"] = fingerprint_hex(plan.fingerprint);
   nlohmann::json cmp = nlohmann::json::array();

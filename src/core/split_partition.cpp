@@ -30,22 +30,34 @@ struct Probe {
   double min_next = std::numeric_limits<double>::infinity();
 };
 
-Probe probe(const SplitRows& rows, int64_t world, double bound) {
+// Greedy left to right; `ends` (scratch, world + 1) receives the range ends.
+// Only the figure the bisection uses is computed: the realized maximum when
+// feasible, the next bound at which the greedy changes otherwise.
+Probe probe(
+    const SplitRows& rows,
+    int64_t world,
+    double bound,
+    std::vector<int64_t>& ends) {
   Probe r;
   const int64_t total = rows.total_rows();
-  int64_t x = 0;
-  for (int64_t b = 0; b < world && x < total; ++b) {
+  ends.assign(1, 0);
+  for (int64_t b = 0; b < world && ends.back() < total; ++b) {
+    const int64_t x = ends.back();
     const int64_t y = rows.forward_end(x, bound);
-    if (y < total) {
-      r.min_next = std::min(r.min_next, rows.range_cost(x, rows.next_pos(y)));
-    }
+    ends.push_back(y);
     if (y == x) {
       break;  // one step from x already exceeds the bound
     }
-    r.max_cost = std::max(r.max_cost, rows.range_cost(x, y));
-    x = y;
   }
-  r.feasible = x == total;
+  r.feasible = ends.back() == total;
+  for (size_t b = 0; b + 1 < ends.size(); ++b) {
+    if (r.feasible) {
+      r.max_cost = std::max(r.max_cost, rows.range_cost(ends[b], ends[b + 1]));
+    } else if (ends[b + 1] < total) {
+      const int64_t next = rows.next_pos(ends[b + 1]);
+      r.min_next = std::min(r.min_next, rows.range_cost(ends[b], next));
+    }
+  }
   return r;
 }
 
@@ -53,12 +65,14 @@ Probe probe(const SplitRows& rows, int64_t world, double bound) {
 // upper bound `hi` and a lower bound `lo`.
 double split_bottleneck(
     const SplitRows& rows, int64_t world, double lo, double hi) {
+  std::vector<int64_t> ends;
+  ends.reserve(static_cast<size_t>(world) + 1);
   for (int step = 0; step < kSplitBisectionSteps; ++step) {
     if (!(hi - lo > kRelativeTolerance * hi)) {
       break;
     }
     const double mid = lo + (hi - lo) / 2.0;
-    const Probe p = probe(rows, world, mid);
+    const Probe p = probe(rows, world, mid, ends);
     if (p.feasible) {
       hi = std::min(hi, p.max_cost);
     } else {

@@ -117,11 +117,12 @@ int64_t SplitRows::forward_end(int64_t x, double bound) const {
       // One middle piece of frame i, ending before the frame does.
       const int64_t g = grain_[i];
       const int64_t kmax = (rows_of(i) - oi - 1) / g;
+      // range_cost(x, x + k g), as range_cost computes it.
       int64_t k = std::min(fit_grains(i, bound), kmax);
-      while (k > 0 && range_cost(x, x + k * g) > bound) {
+      while (k > 0 && piece(i, k * g) > bound) {
         --k;
       }
-      while (k < kmax && range_cost(x, x + (k + 1) * g) <= bound) {
+      while (k < kmax && piece(i, (k + 1) * g) <= bound) {
         ++k;
       }
       return x + k * g;
@@ -147,11 +148,13 @@ int64_t SplitRows::forward_end(int64_t x, double bound) const {
     const int64_t g = grain_[last];
     const int64_t kmax = last_cut_[last] / g;
     const int64_t base = row_[last];
+    // range_cost(x, base + k g), as range_cost computes it.
+    auto cost = [&](int64_t k) { return before + piece(last, k * g); };
     int64_t k = std::min(fit_grains(last, bound - before), kmax);
-    while (k > 0 && range_cost(x, base + k * g) > bound) {
+    while (k > 0 && cost(k) > bound) {
       --k;
     }
-    while (k < kmax && range_cost(x, base + (k + 1) * g) <= bound) {
+    while (k < kmax && cost(k + 1) <= bound) {
       ++k;
     }
     return base + k * g;
@@ -173,11 +176,12 @@ int64_t SplitRows::backward_start(int64_t y, double bound) const {
       // One middle piece of frame j, starting after the frame does.
       const int64_t g = grain_[j];
       const int64_t kmax = (oj - 1) / g;
+      // range_cost(y - k g, y), as range_cost computes it.
       int64_t k = std::min(fit_grains(j, bound), kmax);
-      while (k > 0 && range_cost(y - k * g, y) > bound) {
+      while (k > 0 && piece(j, k * g) > bound) {
         --k;
       }
-      while (k < kmax && range_cost(y - (k + 1) * g, y) <= bound) {
+      while (k < kmax && piece(j, (k + 1) * g) <= bound) {
         ++k;
       }
       return y - k * g;
@@ -206,15 +210,18 @@ int64_t SplitRows::backward_start(int64_t y, double bound) const {
     const int64_t fit = fit_grains(h, bound - before);
     // q <= fit * g rows: o >= p - fit * g, rounded up to a grain.
     const int64_t p = rows_of(h);
+    // range_cost(row[h] + k g, y), as range_cost computes it.
+    const double whole = cost_[last] - cost_[first];
+    auto cost = [&](int64_t k) { return (piece(h, p - k * g) + whole) + tail; };
     int64_t k = fit * g >= p ? 1 : (p - fit * g + g - 1) / g;
     k = std::max<int64_t>(1, std::min(k, kmax + 1));
-    while (k <= kmax && range_cost(row_[h] + k * g, y) > bound) {
+    while (k <= kmax && cost(k) > bound) {
       ++k;
     }
-    while (k > 1 && range_cost(row_[h] + (k - 1) * g, y) <= bound) {
+    while (k > 1 && cost(k - 1) <= bound) {
       --k;
     }
-    if (k <= kmax && range_cost(row_[h] + k * g, y) <= bound) {
+    if (k <= kmax && cost(k) <= bound) {
       return row_[h] + k * g;
     }
   }

@@ -173,13 +173,80 @@ inline std::vector<int64_t> row_cuts_of(const ShardPlan& plan) {
   return cuts;
 }
 
+// One rank of a split plan ([begin, end) its rows): costs, rows, tokens,
+// cu_seqlens, grid, pieces (checked against `covered`, each unit's rows
+// covered so far, which it advances) and assignment.
+inline void check_split_rank(
+    const ShardPlan& plan,
+    const SplitModel& model,
+    int64_t r,
+    int64_t begin,
+    int64_t end,
+    std::vector<int64_t>& covered) {
+  const FrameSet& f = plan.frames;
+  const int64_t merge2 =
+      f.layout.spatial_merge_size * f.layout.spatial_merge_size;
+  const RankShard& rs = plan.ranks[r];
+  SCOPED_TRACE("rank " + std::to_string(r));
+  EXPECT_TRUE(model.allowed(begin));
+  EXPECT_NEAR(
+      rs.cost, model.range_cost(begin, end), 1e-9 * std::max(1.0, rs.cost));
+  EXPECT_EQ(plan.partition.rank_costs[r], rs.cost);
+  EXPECT_EQ(rs.real_patch_rows, end - begin);
+  EXPECT_EQ(rs.real_tokens * merge2, rs.real_patch_rows);
+  EXPECT_EQ(plan.gather_counts[r], rs.real_tokens);
+  EXPECT_EQ(rs.dummy_frames, rs.units.empty() ? 1 : 0);
+  EXPECT_EQ(
+      rs.cu_seqlens.size(),
+      rs.units.size() + static_cast<size_t>(rs.pad_frames + rs.dummy_frames) +
+          1);
+  EXPECT_EQ(rs.cu_seqlens.back(), rs.local_patch_rows);
+  int64_t grid_frames = 0;
+  for (const GridThw& g : rs.grid) {
+    grid_frames += g.t;
+  }
+  EXPECT_EQ(
+      grid_frames,
+      static_cast<int64_t>(rs.units.size()) + rs.pad_frames + rs.dummy_frames);
+  int64_t exchange = 0;
+  size_t next_piece = 0;
+  for (size_t k = 0; k < rs.units.size(); ++k) {
+    const int64_t unit = rs.units[k];
+    const FrameUnit& u = f.units[unit];
+    int64_t b = 0;
+    int64_t e = u.patch_rows;
+    if (next_piece < rs.pieces.size() &&
+        rs.pieces[next_piece].frame == static_cast<int64_t>(k)) {
+      b = rs.pieces[next_piece].begin;
+      e = rs.pieces[next_piece].end;
+      ++next_piece;
+      EXPECT_TRUE(b > 0 || e < u.patch_rows);
+      EXPECT_TRUE(model.splittable(unit));
+      EXPECT_EQ(b % model.grain(unit), 0);
+      EXPECT_TRUE(e == u.patch_rows || e % model.grain(unit) == 0);
+      EXPECT_EQ(b % merge2, 0);
+      EXPECT_EQ(e % merge2, 0);
+      exchange += u.patch_rows - (e - b);
+    }
+    EXPECT_EQ(rs.cu_seqlens[k + 1] - rs.cu_seqlens[k], e - b);
+    EXPECT_EQ(covered[unit], b) << "unit " << unit;
+    covered[unit] = e;
+    if (b == 0) {
+      EXPECT_EQ(plan.partition.assignment[unit], r);
+    }
+  }
+  EXPECT_EQ(next_piece, rs.pieces.size());
+  EXPECT_EQ(rs.exchange_rows, exchange);
+  if (!rs.units.empty()) {
+    EXPECT_EQ(plan.partition.cuts[r], rs.units.front());
+  }
+}
+
 /// Every relation a split plan documents (frameshard/plan.h), recomputed
 /// from the frame units and the reference model.
 inline void check_split_plan(const ShardPlan& plan, const SplitModel& model) {
   ASSERT_TRUE(plan.split);
   const FrameSet& f = plan.frames;
-  const int64_t merge = f.layout.spatial_merge_size;
-  const int64_t merge2 = merge * merge;
   const int64_t world = plan.options.world;
   const std::vector<int64_t> cuts = row_cuts_of(plan);
   ASSERT_EQ(static_cast<int64_t>(cuts.size()), world + 1);
@@ -187,71 +254,15 @@ inline void check_split_plan(const ShardPlan& plan, const SplitModel& model) {
   EXPECT_TRUE(plan.restore_rows.empty());
   EXPECT_EQ(plan.fingerprint, recompute_fingerprint(plan));
   EXPECT_LT(plan.partition.max_cost(), plan.unsplit_max_cost);
-  // Pieces of each unit in rank order, to check that they tile it.
+  // Each unit's rows covered so far: the pieces tile it in rank order.
   std::vector<int64_t> covered(f.units.size(), 0);
   int64_t gathered = 0;
   std::vector<int64_t> tokens;
   for (int64_t r = 0; r < world; ++r) {
-    const RankShard& rs = plan.ranks[r];
-    SCOPED_TRACE("rank " + std::to_string(r));
-    EXPECT_TRUE(model.allowed(cuts[r]));
-    EXPECT_NEAR(
-        rs.cost,
-        model.range_cost(cuts[r], cuts[r + 1]),
-        1e-9 * std::max(1.0, rs.cost));
-    EXPECT_EQ(plan.partition.rank_costs[r], rs.cost);
-    EXPECT_EQ(rs.real_patch_rows, cuts[r + 1] - cuts[r]);
-    EXPECT_EQ(rs.real_tokens * merge2, rs.real_patch_rows);
-    EXPECT_EQ(plan.gather_counts[r], rs.real_tokens);
-    gathered += rs.real_tokens;
-    EXPECT_EQ(rs.dummy_frames, rs.units.empty() ? 1 : 0);
-    EXPECT_EQ(
-        rs.cu_seqlens.size(),
-        rs.units.size() + static_cast<size_t>(rs.pad_frames + rs.dummy_frames) +
-            1);
-    EXPECT_EQ(rs.cu_seqlens.back(), rs.local_patch_rows);
-    int64_t exchange = 0;
-    int64_t grid_frames = 0;
-    for (const GridThw& g : rs.grid) {
-      grid_frames += g.t;
-    }
-    EXPECT_EQ(
-        grid_frames,
-        static_cast<int64_t>(rs.units.size()) + rs.pad_frames +
-            rs.dummy_frames);
-    size_t next_piece = 0;
-    for (size_t k = 0; k < rs.units.size(); ++k) {
-      const FrameUnit& u = f.units[rs.units[k]];
-      const int64_t rows = rs.cu_seqlens[k + 1] - rs.cu_seqlens[k];
-      int64_t begin = 0;
-      int64_t end = u.patch_rows;
-      if (next_piece < rs.pieces.size() &&
-          rs.pieces[next_piece].frame == static_cast<int64_t>(k)) {
-        begin = rs.pieces[next_piece].begin;
-        end = rs.pieces[next_piece].end;
-        ++next_piece;
-        EXPECT_TRUE(begin > 0 || end < u.patch_rows);
-        EXPECT_TRUE(model.splittable(rs.units[k]));
-        EXPECT_EQ(begin % model.grain(rs.units[k]), 0);
-        EXPECT_TRUE(end == u.patch_rows || end % model.grain(rs.units[k]) == 0);
-        EXPECT_EQ(begin % merge2, 0);
-        EXPECT_EQ(end % merge2, 0);
-        exchange += u.patch_rows - (end - begin);
-      }
-      EXPECT_EQ(rows, end - begin);
-      EXPECT_EQ(covered[rs.units[k]], begin) << "unit " << rs.units[k];
-      covered[rs.units[k]] = end;
-      if (begin == 0) {
-        EXPECT_EQ(plan.partition.assignment[rs.units[k]], r);
-      }
-    }
-    EXPECT_EQ(next_piece, rs.pieces.size());
-    EXPECT_EQ(rs.exchange_rows, exchange);
-    if (!rs.units.empty()) {
-      EXPECT_EQ(plan.partition.cuts[r], rs.units.front());
-    }
+    check_split_rank(plan, model, r, cuts[r], cuts[r + 1], covered);
+    gathered += plan.ranks[r].real_tokens;
     const std::vector<int64_t> mine = encoded_tokens(plan, r);
-    EXPECT_EQ(static_cast<int64_t>(mine.size()), rs.real_tokens);
+    EXPECT_EQ(static_cast<int64_t>(mine.size()), plan.ranks[r].real_tokens);
     tokens.insert(tokens.end(), mine.begin(), mine.end());
   }
   for (size_t u = 0; u < f.units.size(); ++u) {
