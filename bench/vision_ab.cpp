@@ -128,6 +128,8 @@ struct Arm {
   int64_t peak_bytes = 0;              // max over ranks (CUDA), else 0
   int64_t bytes_sent = 0;              // rank 0's forward gather payload
   std::vector<int64_t> gather_counts;  // rows per rank (sharded plan)
+  bool split = false;                  // the plan cut a frame across ranks
+  int64_t exchange_rows = 0;  // K/V rows rank 0 receives per full layer
 };
 
 double median(std::vector<double> v) {
@@ -208,6 +210,8 @@ Arm run_arm(
             max_over_ranks(pg, static_cast<double>(cuda_peak_bytes(dev)))));
     arm.bytes_sent = res.bytes_sent;
     arm.gather_counts = res.plan.gather_counts;
+    arm.split = res.plan.split;
+    arm.exchange_rows = res.plan.ranks[0].exchange_rows;
   }
   return arm;
 }
@@ -345,11 +349,12 @@ int run(const Args& a) {
       static_cast<long long>(frames.total_tokens));
   std::printf(
       "  tower forward+backward (max over ranks, median of %d):\n"
-      "    replicated %10.1f ms   sharded %10.1f ms   ratio %.3f\n",
+      "    replicated %10.1f ms   sharded %10.1f ms   ratio %.3f%s\n",
       a.timing.repeats,
       rep_ms,
       sh_ms,
-      sh_ms / rep_ms);
+      sh_ms / rep_ms,
+      sharded.split ? "   (frames split across ranks)" : "");
   if (a.device == "cuda") {
     std::printf(
         "    peak allocated per rank: replicated %.1f MiB, sharded %.1f MiB, "
@@ -380,6 +385,8 @@ int run(const Args& a) {
       {"replicated", arm_json(replicated)},
       {"sharded", arm_json(sharded)},
       {"vision_time_ratio", sh_ms / rep_ms},
+      {"split", sharded.split},
+      {"exchange_rows_rank0", sharded.exchange_rows},
       {"gather_counts", counts},
       {"gather_unpadded_ms", gather.first},
       {"gather_padded_ms", gather.second},

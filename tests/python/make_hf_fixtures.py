@@ -39,10 +39,11 @@ import torch
 import transformers
 from safetensors.numpy import save_file
 
-# Images of different sizes (one tall and narrow) and a multi-frame video, in merged-patch
-# multiples. With patch 4 and window 16, Qwen2.5-VL's 2x2-merged-token windows need padding on
-# the 6x8 and 4x6 grids, and Qwen3-VL's 6x6 learned position grid is both down- and up-sampled.
-GRID_THW = [[1, 4, 4], [1, 6, 8], [4, 4, 6], [1, 10, 2]]
+# Images of different sizes (one tall and narrow, one large enough that split_frames cuts it
+# across 4 ranks) and a multi-frame video, in merged-patch multiples. With patch 4 and window 16,
+# Qwen2.5-VL's 2x2-merged-token windows need padding on the 6x8 and 4x6 grids, and Qwen3-VL's 6x6
+# learned position grid is both down- and up-sampled.
+GRID_THW = [[1, 4, 4], [1, 6, 8], [4, 4, 6], [1, 10, 2], [1, 16, 16]]
 
 PATCH = 4
 TEMPORAL = 2
