@@ -474,8 +474,7 @@ void register_encode_command(CLI::App& app) {
          args->config_file,
          "YAML config (split_frames, partitioner, floor, ...); dotted "
          "overrides such as --" +
-             std::string(kFrameShardingPath) +
-             ".split_frames true follow it")
+             std::string(kFrameShardingPath) + ".split_frames true follow it")
       ->check(non_empty());
   cmd->add_option("--worker-rank", args->worker_rank)->group("");
   cmd->add_option("--store-path", args->store_path)->group("");

@@ -34,8 +34,8 @@ std::string pieces_text(const ShardPlan& plan, const RankShard& rank) {
   std::ostringstream os;
   for (const FramePiece& p : rank.pieces) {
     const int64_t unit = unit_of(rank, p);
-    os << ", unit " << unit << " rows [" << p.begin << ", " << p.end
-       << ") of " << frame_rows(plan, unit);
+    os << ", unit " << unit << " rows [" << p.begin << ", " << p.end << ") of "
+       << frame_rows(plan, unit);
   }
   if (!rank.pieces.empty()) {
     os << ", receives " << rank.exchange_rows << " K/V rows per layer";

@@ -264,8 +264,7 @@ void add_workload_options(CLI::App* cmd, VerifyArgs& args) {
          args.config_file,
          "YAML config (cost model, floor, split_frames, ...); dotted "
          "overrides such as --" +
-             std::string(kFrameShardingPath) +
-             ".split_frames true follow it")
+             std::string(kFrameShardingPath) + ".split_frames true follow it")
       ->check(non_empty());
   cmd->add_option(
          "--tower",

@@ -62,8 +62,8 @@ std::vector<at::Tensor> Qwen2_5VLVisionTowerImpl::forward(
   const int64_t unit = s.merge * s.merge;
   const auto geo =
       detail::check_tower_input(input, config_.in_features(), s.merge, s.name);
-  const auto win = detail::window_index(
-      geo, s.merge, config_.merger_window_size(), s.name);
+  const auto win =
+      detail::window_index(geo, s.merge, config_.merger_window_size(), s.name);
   at::Tensor x = patch_embed_->forward(input.pixel_values);
   x = detail::permute_units(x, win.index, unit);
   auto rotary = detail::tower_rotary(

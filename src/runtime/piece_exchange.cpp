@@ -39,9 +39,7 @@ std::map<int64_t, std::vector<Holder>> holders_of(const ShardPlan& plan) {
   for (const RankShard& rs : plan.ranks) {
     for (const FramePiece& p : rs.pieces) {
       out[unit_of(rs, p)].push_back(Holder{
-          rs.rank,
-          p.rows(),
-          rs.cu_seqlens.at(static_cast<size_t>(p.frame))});
+          rs.rank, p.rows(), rs.cu_seqlens.at(static_cast<size_t>(p.frame))});
     }
   }
   return out;
@@ -131,9 +129,9 @@ PieceRoute piece_route(const ShardPlan& plan, int64_t rank) {
     std::vector<PieceRoute::Part> parts;
     for (const Holder& h : *frames[j]) {
       parts.push_back(
-          h.rank == rank ? PieceRoute::Part{-1, h.offset, h.rows}
-                         : PieceRoute::Part{h.rank, at_offset[{h.rank, j}],
-                                            h.rows});
+          h.rank == rank
+              ? PieceRoute::Part{-1, h.offset, h.rows}
+              : PieceRoute::Part{h.rank, at_offset[{h.rank, j}], h.rows});
     }
     route.parts.push_back(std::move(parts));
   }
@@ -160,8 +158,8 @@ PieceExchange make_piece_exchange(
       mine.widths = {rows.size(1)};
       mine.grad_mode = at::GradMode::is_enabled();
       mine.requires_grad = mine.grad_mode && rows.requires_grad();
-      const auto records = run_consensus(
-          group, mine, route->sent_by_rank, device, timeout, kFn);
+      const auto records =
+          run_consensus(group, mine, route->sent_by_rank, device, timeout, kFn);
       state->calls += 1;
       at::Tensor send = rows.index_select(
           0, at::tensor(route->send_rows, at::kLong).to(rows.device()));
@@ -181,8 +179,8 @@ PieceExchange make_piece_exchange(
       for (const auto& parts : route->parts) {
         std::vector<at::Tensor> pieces;
         for (const PieceRoute::Part& p : parts) {
-          pieces.push_back((p.source < 0 ? out[0] : recv).narrow(
-              0, p.offset, p.rows));
+          pieces.push_back(
+              (p.source < 0 ? out[0] : recv).narrow(0, p.offset, p.rows));
         }
         out.push_back(at::cat(pieces, 0));
       }

@@ -374,7 +374,8 @@ TEST(EncodeErrors, FrozenTowerOverAWiderGroupIsAllowed) {
   const TestTowerParams params = random_test_tower_params(at::kDouble);
   const at::Tensor pixels =
       at::randn({patch_rows(kMixedGrid), kTestFeatures}, at::kDouble);
-  const auto ref = test_tower(params, whole_frames_input(pixels, kMixedGrid), 2);
+  const auto ref =
+      test_tower(params, whole_frames_input(pixels, kMixedGrid), 2);
   std::vector<double> diffs(4, 1.0);
   std::vector<bool> sharded(4, false);
   run_ranks(4, [&](int rank, ProcessGroupPtr pg) {

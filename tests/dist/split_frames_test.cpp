@@ -45,8 +45,8 @@ PlanOptions split_options(int world, const models::QwenVisionConfig& cfg) {
 TEST(PieceRoute, EveryHolderReceivesEveryOtherPieceOfItsFrames) {
   const auto cfg = testing::tiny_config(models::QwenFamily::kQwen2VL);
   for (int world : {2, 3, 4}) {
-    const ShardPlan plan =
-        make_plan({{1, 4, 4}, {1, 32, 16}, {1, 4, 4}}, split_options(world, cfg));
+    const ShardPlan plan = make_plan(
+        {{1, 4, 4}, {1, 32, 16}, {1, 4, 4}}, split_options(world, cfg));
     ASSERT_TRUE(plan.split) << "world " << world;
     std::vector<internal::PieceRoute> routes;
     for (int r = 0; r < world; ++r) {

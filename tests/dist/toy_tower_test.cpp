@@ -95,7 +95,8 @@ TEST(ToyTower, VideoEqualsItsFramesEncodedSeparately) {
   std::vector<at::Tensor> emb, deep;
   for (int64_t f = 0; f < 3; ++f) {
     const std::vector<GridThw> one{{1, 4, 6}};
-    auto o = tower->forward(whole_frames_input(pixels.narrow(0, 24 * f, 24), one));
+    auto o =
+        tower->forward(whole_frames_input(pixels.narrow(0, 24 * f, 24), one));
     emb.push_back(o[0]);
     deep.push_back(o[1]);
   }
