@@ -86,6 +86,8 @@ py::dict fields_dict(const FrameShardingConfig& fs) {
   d["partitioner"] = fs.partitioner;
   d["gather"] = fs.gather;
   d["tower"] = fs.tower;
+  d["policy"] = fs.policy;
+  d["gather_bandwidth_gbps"] = fs.gather_bandwidth_gbps;
   return d;
 }
 

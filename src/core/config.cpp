@@ -169,6 +169,35 @@ std::vector<Rule> build_rules() {
         const auto& v = c.frame_sharding.tower;
         check_tower(v, v, p);
       }});
+  rules.push_back(Rule{
+      fs_key("policy"),
+      [](const YAML::Node& n,
+         const std::string& p,
+         Config& c,
+         const Source& s) {
+        const std::string v = read_string(n, "threshold or auto", p, s);
+        if (v != "threshold" && v != "auto") {
+          config_error(p, "threshold or auto", render(n), s.at(n));
+        }
+        c.frame_sharding.policy = v;
+      },
+      [](const Config& c, const std::string& p) {
+        const auto& v = c.frame_sharding.policy;
+        if (v != "threshold" && v != "auto") {
+          config_error(p, "threshold or auto", quote(v));
+        }
+      }});
+  rules.push_back(Rule{
+      fs_key("gather_bandwidth_gbps"),
+      [](const YAML::Node& n,
+         const std::string& p,
+         Config& c,
+         const Source& s) {
+        c.frame_sharding.gather_bandwidth_gbps = read_positive_number(n, p, s);
+      },
+      [](const Config& c, const std::string& p) {
+        check_positive_number(c.frame_sharding.gather_bandwidth_gbps, p);
+      }});
   return rules;
 }
 
@@ -442,6 +471,9 @@ std::string to_yaml(const Config& config) {
   out << YAML::Key << "partitioner" << YAML::Value << fs.partitioner;
   out << YAML::Key << "gather" << YAML::Value << fs.gather;
   out << YAML::Key << "tower" << YAML::Value << fs.tower;
+  out << YAML::Key << "policy" << YAML::Value << fs.policy;
+  out << YAML::Key << "gather_bandwidth_gbps" << YAML::Value
+      << YAML::Precision(17) << fs.gather_bandwidth_gbps;
   out << YAML::EndMap << YAML::EndMap << YAML::EndMap;
   out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
@@ -458,6 +490,13 @@ PlanOptions plan_options(const Config& config) {
   o.policy.enabled = fs.enabled;
   o.policy.min_tokens = fs.min_tokens;
   o.policy.min_frames = fs.min_frames;
+  o.policy.kind = parse_policy_kind(fs.policy, "policy");
+  o.policy.gather_bandwidth_gbps = fs.gather_bandwidth_gbps;
+  if (o.cost.seconds_per_unit <= 0.0) {
+    // A bare alpha or automodel: the units of the tower's FLOP model.
+    o.cost.seconds_per_unit =
+        flop_cost_model(tower_preset(fs.tower)).seconds_per_unit;
+  }
   return o;
 }
 

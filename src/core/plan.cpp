@@ -308,11 +308,11 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
     }
   }
 
-  const PolicyDecision decision =
-      decide_policy(opts.policy, world, n, frames.total_tokens);
+  plan.partition = partition_costs(plan.unit_costs, world, opts.partitioner);
+  const PolicyDecision decision = decide_policy(
+      opts.policy, opts.cost, frames, plan.unit_costs, plan.partition);
   plan.path = decision.shard ? PlanPath::kSharded : PlanPath::kReplicated;
   plan.reason = decision.reason;
-  plan.partition = partition_costs(plan.unit_costs, world, opts.partitioner);
   const std::vector<int64_t>& assignment = plan.partition.assignment;
 
   // Units per rank, ascending.
