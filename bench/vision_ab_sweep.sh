@@ -4,14 +4,14 @@
 # of the sharded / replicated ratios (tower forward+backward, max over
 # ranks) and the gather, as in the README's "Performance" section.
 # Usage: bash bench/vision_ab_sweep.sh [build dir] [extra frameshard_vision_ab
-#        options...]   (default: build --width 256 --depth 2 --dtype float32
+#        options...]   (default: build --width 256 --depth 2 --scale 8 --dtype float32
 #        --repeats 3 --warmup 1)
 set -euo pipefail
 BUILD=${1:-build}
 shift || true
 EXTRA=("$@")
 if [ ${#EXTRA[@]} -eq 0 ]; then
-  EXTRA=(--width 256 --depth 2 --dtype float32 --repeats 3 --warmup 1)
+  EXTRA=(--width 256 --depth 2 --scale 8 --dtype float32 --repeats 3 --warmup 1)
 fi
 AB=$BUILD/bench/frameshard_vision_ab
 [ -x "$AB" ] || { echo "vision_ab_sweep: $AB not built" >&2; exit 2; }

@@ -61,20 +61,22 @@ GridThw frame_of(int64_t p, int64_t merge) {
       p);
 }
 
-// Single frames of every size, then calls of 4 and 16 frames of the
-// smallest size and 4 of the second smallest: they separate the per-call
-// constant from the per-frame one (frameshard/calibrate.h).
+// Single frames of every size, calls of 4 frames of every size up to a
+// quarter of the largest and one call of 16 frames of the smallest: calls
+// of several frames, as a rank makes, separate the per-call constant from
+// the per-frame one (frameshard/calibrate.h).
 std::vector<TimingSample> sweep(std::vector<int64_t> sizes) {
+  std::sort(sizes.begin(), sizes.end());
   std::vector<TimingSample> out;
   for (int64_t p : sizes) {
     out.push_back({p, 0.0, 1});
   }
-  std::sort(sizes.begin(), sizes.end());
-  out.push_back({sizes[0], 0.0, 4});
-  out.push_back({sizes[0], 0.0, 16});
-  if (sizes.size() > 1) {
-    out.push_back({sizes[1], 0.0, 4});
+  for (int64_t p : sizes) {
+    if (p == sizes.front() || 4 * p <= sizes.back()) {
+      out.push_back({p, 0.0, 4});
+    }
   }
+  out.push_back({sizes.front(), 0.0, 16});
   return out;
 }
 
@@ -91,12 +93,12 @@ std::string describe(const CalibrateArgs& a, const models::QwenVisionModel& m) {
   return os.str();
 }
 
-void run_calibrate(const CalibrateArgs& a) {
-  at::set_num_threads(a.threads);
-  torch::manual_seed(0);
-  const models::QwenVisionModel m = make_timing_tower(a.tower);
+// Times the sweep (tools/tower_timing.h), one warm-up call per sample.
+std::vector<TimingSample> time_sweep(
+    const CalibrateArgs& a,
+    const models::QwenVisionModel& m,
+    const TimingRun& run) {
   const int64_t merge = m.config.spatial_merge_size();
-  const TimingRun run{a.repeats, a.forward_only, a.clock == "cpu"};
   std::vector<TimingSample> samples;
   for (const TimingSample& want : sweep(a.sizes)) {
     GridThw g = frame_of(want.patch_rows, merge);
@@ -106,10 +108,17 @@ void run_calibrate(const CalibrateArgs& a) {
     time_tower(m, in, {1, a.forward_only, false});  // warm-up
     samples.push_back({want.patch_rows, time_tower(m, in, run), want.frames});
   }
-  const QuadraticFit fit = fit_quadratic(samples);
-  const CostModel flop = flop_cost_model(models::tower_dims(m.config));
-  // The FLOP model's shape, scaled by least squares to seconds, shows how
-  // far its relative costs are from the measured ones.
+  return samples;
+}
+
+// The fit error per sample next to the FLOP model's, whose shape is
+// scaled to seconds by least squares to show how far its relative costs
+// are from the measured ones.
+std::string fit_report(
+    const std::string& header,
+    const std::vector<TimingSample>& samples,
+    const QuadraticFit& fit,
+    const CostModel& flop) {
   double num = 0.0, den = 0.0;
   for (const TimingSample& s : samples) {
     const double r =
@@ -118,9 +127,8 @@ void run_calibrate(const CalibrateArgs& a) {
     den += r * r;
   }
   const double flop_scale = num / den;
-
   std::ostringstream report;
-  report << "frameshard calibrate: " << describe(a, m) << "\n";
+  report << "frameshard calibrate: " << header << "\n";
   report << "a call on k frames of p patch rows takes per_call + k * cost(p), "
             "cost(p) = a*p^2 + b*p + c seconds\n";
   report << "fit error per size (predicted / measured - 1; the FLOP model "
@@ -150,7 +158,19 @@ void run_calibrate(const CalibrateArgs& a) {
       fit.model.a > 0.0 ? fit.model.b / fit.model.a : INFINITY,
       fit.per_call * 1e3);
   report << line;
-  std::fputs(report.str().c_str(), stdout);
+  return report.str();
+}
+
+void run_calibrate(const CalibrateArgs& a) {
+  at::set_num_threads(a.threads);
+  torch::manual_seed(0);
+  const models::QwenVisionModel m = make_timing_tower(a.tower);
+  const TimingRun run{a.repeats, a.forward_only, a.clock == "cpu"};
+  const std::vector<TimingSample> samples = time_sweep(a, m, run);
+  const QuadraticFit fit = fit_quadratic(samples);
+  const CostModel flop = flop_cost_model(models::tower_dims(m.config));
+  const std::string report = fit_report(describe(a, m), samples, fit, flop);
+  std::fputs(report.c_str(), stdout);
 
   std::ofstream out(a.out);
   FRAMESHARD_CHECK(
@@ -159,9 +179,7 @@ void run_calibrate(const CalibrateArgs& a) {
       "--out: expected a writable file, got \"",
       a.out,
       "\"");
-  std::string comment = report.str();
-  comment.pop_back();  // the final newline
-  out << calibration_text(fit.model, comment);
+  out << calibration_text(fit.model, report.substr(0, report.size() - 1));
   out.close();
   std::printf("wrote %s: %s\n", a.out.c_str(), fit.model.label.c_str());
   std::fflush(stdout);
