@@ -1,7 +1,8 @@
 // Planner speed: make_plan (expand, cost, policy, partition, per-rank
 // shards, restore permutation, fingerprint) and partition_costs alone, for
 // 64 to 65,536 frame units over K = 2 to 64 ranks. Target: < 50 us for
-// 4,096 units at K = 64 with the optimal partitioner.
+// 4,096 units at K = 64 with the optimal partitioner. BM_MakeSplitPlan is
+// make_plan with split_frames (frameshard/split_plan.h) on the same batches.
 //
 //   cmake --build build --target frameshard_plan_bench
 //   build/bench/frameshard_plan_bench --benchmark_filter='/4096/64'
@@ -59,6 +60,23 @@ void BM_MakePlan(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * units);
   state.counters["imbalance"] = imbalance;
+}
+
+void BM_MakeSplitPlan(benchmark::State& state) {
+  const int64_t units = state.range(0);
+  auto opts = options(state.range(1), 0);
+  opts.split.enabled = true;
+  const auto grid = mixed_grid(units, 42);
+  frameshard::ShardPlan plan;
+  for (auto _ : state) {
+    plan = frameshard::make_plan(grid, opts);
+    benchmark::DoNotOptimize(plan.fingerprint);
+  }
+  state.SetItemsProcessed(state.iterations() * units);
+  state.counters["imbalance"] = plan.partition.imbalance();
+  state.counters["unsplit"] =
+      plan.unsplit_max_cost / plan.partition.mean_cost();
+  state.counters["split"] = plan.split ? 1 : 0;
 }
 
 void BM_PartitionCosts(benchmark::State& state) {
@@ -119,6 +137,10 @@ BENCHMARK(BM_ExpandFrames)
     ->ArgName("units")
     ->RangeMultiplier(4)
     ->Range(64, 65536)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MakeSplitPlan)
+    ->ArgNames({"units", "k"})
+    ->ArgsProduct({{64, 1024, 4096, 16384, 65536}, {2, 8, 64}})
     ->Unit(benchmark::kMicrosecond);
 // Every partitioner at the target size (method: 0 optimal, 1 greedy,
 // 2 count, 3 lpt).

@@ -66,10 +66,7 @@ void simulate_preset(
   const MediaLayout layout = models::media_layout(m.config);
   const FrameSet frames = expand_frames(wl.workload.grid, layout);
   const at::Tensor pixels = cli::random_pixels(m, wl.workload.grid);
-  TowerInput all{
-      pixels,
-      grid_to_tensor(wl.workload.grid),
-      frame_cu_seqlens(wl.workload.grid)};
+  const TowerInput all = whole_frames_input(pixels, wl.workload.grid);
   cli::time_tower(m, all, {1, false});  // warm-up
   const double t_rep = cli::time_tower(m, all, {a.repeats, false});
   const int64_t row_bytes =

@@ -16,6 +16,7 @@
 //       [--width 0] (0: the released width; else tools/tower_timing.h's
 //       small tower of that width)
 //       [--preset mixed|doc|video|multi] [--seed 0] [--scale 0]
+//       [--workload FILE.json] [--split-frames]
 //       [--world 2] [--device cpu|cuda] [--dtype float32|bfloat16]
 //       [--repeats 3] [--warmup 1]
 // Prints a table, then one JSON line (`json: {...}`) with every figure:
@@ -60,6 +61,7 @@ struct Args {
   cli::WorkloadRequest workload;
   int world = 2;
   std::string device = "cpu";
+  bool split_frames = false;
   bench::TimingOptions timing{"bfloat16"};
 };
 
@@ -74,6 +76,9 @@ Args parse(int argc, char** argv) {
   app.add_option("--width", a.width, "Tower width (0: the released one)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--preset", a.workload.preset);
+  app.add_option("--workload", a.workload.file, "JSON workload (grid_thw)");
+  app.add_flag(
+      "--split-frames", a.split_frames, "Cut frames across ranks (split)");
   app.add_option("--seed", a.workload.seed);
   app.add_option("--scale", a.workload.scale)->check(CLI::NonNegativeNumber);
   app.add_option("--world", a.world)->check(CLI::PositiveNumber);
@@ -290,6 +295,8 @@ int run(const Args& a) {
     work[r].plan.world = a.world;
     work[r].plan.layout = models::media_layout(cfg);
     work[r].plan.cost = flop_cost_model(models::tower_dims(cfg));
+    work[r].plan.split.enabled = a.split_frames;
+    work[r].plan.split.window_side = models::split_window_side(cfg);
     work[r].plan.policy.min_tokens = 0;
     work[r].plan.policy.min_frames = 0;
   }

@@ -11,6 +11,7 @@ pkgs=(
   build-essential cmake ccache clang-format
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev  # gloo headers: the PyPI torch wheel ships its c10d headers but not gloo's
 )
 missing=()
 for p in "${pkgs[@]}"; do

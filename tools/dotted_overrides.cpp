@@ -51,5 +51,20 @@ std::vector<std::string> apply_dotted_overrides(
   return keys;
 }
 
+Config command_config(
+    const std::string& config_file,
+    const std::vector<std::string>& extras,
+    const char* command) {
+  Config config = config_file.empty() ? Config{} : load_config(config_file);
+  apply_dotted_overrides(
+      extras,
+      [&config](const std::string& k, const std::string& v) {
+        apply_override(config, k, v);
+      },
+      command,
+      std::string(kFrameShardingPath) + ".split_frames true");
+  return config;
+}
+
 }  // namespace cli
 }  // namespace frameshard

@@ -5,6 +5,8 @@
 // suggests.
 #pragma once
 
+#include <frameshard/config.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,6 +21,14 @@ std::vector<std::string> apply_dotted_overrides(
     const std::function<void(const std::string&, const std::string&)>& apply,
     const char* command,
     const std::string& example);
+
+/// The config of a command that runs frames (`encode`, `verify`): library
+/// defaults < --config FILE (when not empty) < the dotted overrides in
+/// `extras`. The parent forwards both to its rank processes.
+Config command_config(
+    const std::string& config_file,
+    const std::vector<std::string>& extras,
+    const char* command);
 
 }  // namespace cli
 }  // namespace frameshard

@@ -26,12 +26,15 @@
 // Exit codes: 0 success, 2 an error (bad option or file, a rank failed).
 
 #include "commands.h"
+#include "dotted_overrides.h"
 #include "dtype_option.h"
 #include "option_checks.h"
+#include "pieces_report.h"
 #include "rank_processes.h"
 #include "shard_options.h"
 #include "tower/check.h"
 
+#include <frameshard/config.h>
 #include <frameshard/error.h>
 #include <frameshard/frames.h>
 #include <frameshard/models/qwen_vision.h>
@@ -69,6 +72,8 @@ struct EncodeArgs {
   int64_t min_local_patch_rows = -1;  // -1: the planner's default
   int64_t timeout_ms = 120000;
   bool json = false;
+  std::string config_file;             // --config: YAML (split_frames, ...)
+  std::vector<std::string> overrides;  // dotted config overrides
   // Hidden worker mode.
   int worker_rank = -1;
   std::string store_path;
@@ -159,9 +164,15 @@ models::QwenVisionModel load_model(const EncodeArgs& a) {
 
 PlanOptions encode_plan_options(
     const EncodeArgs& a, const models::QwenVisionConfig& config) {
-  PlanOptions o;
+  const Config c = command_config(a.config_file, a.overrides, "encode");
+  PlanOptions o = plan_options(c);
+  // The tower's own sizes: its layout, its FLOPs (unless the config names
+  // a cost model) and its windows (pieces must end on window rows).
   o.layout = models::media_layout(config);
-  o.cost = flop_cost_model(models::tower_dims(config));
+  if (c.frame_sharding.cost_alpha == FrameShardingConfig{}.cost_alpha) {
+    o.cost = flop_cost_model(models::tower_dims(config));
+  }
+  o.split.window_side = models::split_window_side(config);
   // The user asked for N ranks: always take the sharded path.
   apply_shard_options(o, a.nproc, a.partitioner, a.min_local_patch_rows);
   return o;
@@ -239,13 +250,16 @@ void report(
              {"patch_rows", r.real_patch_rows},
              {"tokens", r.real_tokens},
              {"pad_frames", r.pad_frames},
-             {"dummy_frames", r.dummy_frames}});
+             {"dummy_frames", r.dummy_frames},
+             {"pieces", pieces_json(*plan, r)},
+             {"exchange_rows", r.exchange_rows}});
       }
       j["plan"] = {
           {"path", to_string(plan->path)},
           {"partitioner", to_string(plan->options.partitioner)},
           {"cost_model", plan->options.cost.label},
           {"imbalance", plan->partition.imbalance()},
+          {"split", plan->split},
           {"ranks", ranks}};
       j["bytes_sent"] = bytes_sent;
     }
@@ -271,7 +285,8 @@ void report(
       os << "  rank " << r.rank << ": " << r.units.size() << " units, "
          << r.real_patch_rows << " patch rows, " << r.real_tokens << " tokens, "
          << r.pad_frames << " floor + " << r.dummy_frames << " dummy frames, "
-         << (i < bytes_sent.size() ? bytes_sent[i] : 0) << " bytes sent\n";
+         << (i < bytes_sent.size() ? bytes_sent[i] : 0) << " bytes sent"
+         << pieces_text(*plan, r) << "\n";
     }
   }
   os << "wrote " << a.out << ":";
@@ -396,6 +411,12 @@ int run_parent(const EncodeArgs& a) {
   if (a.json) {
     w.push_back("--json");
   }
+  if (!a.config_file.empty()) {
+    w.insert(
+        w.end(),
+        {"--config", std::filesystem::absolute(a.config_file).string()});
+  }
+  w.insert(w.end(), a.overrides.begin(), a.overrides.end());
   return run_rank_processes(launch);
 }
 
@@ -448,10 +469,19 @@ void register_encode_command(CLI::App& app) {
          "--timeout-ms", args->timeout_ms, "Collective timeout per rank")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
+  cmd->add_option(
+         "--config",
+         args->config_file,
+         "YAML config (split_frames, partitioner, floor, ...); dotted "
+         "overrides such as --" +
+             std::string(kFrameShardingPath) + ".split_frames true follow it")
+      ->check(non_empty());
   cmd->add_option("--worker-rank", args->worker_rank)->group("");
   cmd->add_option("--store-path", args->store_path)->group("");
+  cmd->allow_extras();
 
-  cmd->callback([args] {
+  cmd->callback([args, cmd] {
+    args->overrides = cmd->remaining();
     int code = 0;
     if (args->worker_rank >= 0) {
       code = run_worker_guarded(

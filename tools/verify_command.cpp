@@ -20,12 +20,14 @@
 // dying rank must be reported, never hang).
 
 #include "commands.h"
+#include "dotted_overrides.h"
 #include "dtype_option.h"
 #include "option_checks.h"
 #include "parity/parity.h"
 #include "rank_processes.h"
 #include "shard_options.h"
 #include "verify_report.h"
+#include "verify_towers.h"
 #include "verify_workload.h"
 
 #include <frameshard/config.h>
@@ -54,7 +56,9 @@ struct VerifyArgs {
   std::string dtype = "float32";
   std::string partitioner;  // empty: from --config, else optimal
   std::string config_file;
-  int64_t min_local_patch_rows = -1;  // -1: from --config, else 96
+  std::vector<std::string> overrides;  // dotted config overrides
+  std::string tower = "toy";           // verify_towers.h
+  int64_t min_local_patch_rows = -1;   // -1: from --config, else 96
   bool json = false;
   int64_t timeout_ms = 60000;
   // Hidden worker mode.
@@ -73,10 +77,8 @@ at::ScalarType parse_dtype(const std::string& name) {
 }
 
 PlanOptions verify_plan_options(const VerifyArgs& a, const Workload& wl) {
-  PlanOptions o;
-  if (!a.config_file.empty()) {
-    o = plan_options(load_config(a.config_file));
-  }
+  PlanOptions o =
+      plan_options(command_config(a.config_file, a.overrides, "verify"));
   o.layout = wl.layout;
   // verify always exercises the sharded path (unless --nproc 1).
   apply_shard_options(o, a.nproc, a.partitioner, a.min_local_patch_rows);
@@ -85,25 +87,20 @@ PlanOptions verify_plan_options(const VerifyArgs& a, const Workload& wl) {
 
 // ------------------------------------------------------------- worker
 
-models::ToyTowerOptions tower_options(const Workload& wl) {
-  models::ToyTowerOptions t;
-  t.temporal_patch_size = wl.layout.temporal_patch_size;
-  t.spatial_merge_size = wl.layout.spatial_merge_size;
-  return t;
-}
-
 parity::ParitySpec verify_spec(const VerifyArgs& a, const Workload& wl) {
   parity::ParitySpec spec;
   spec.grid = wl.grid;
+  const VerifyTower tower = verify_tower(a.tower, wl.layout);
   spec.plan = verify_plan_options(a, wl);
+  spec.plan.split.window_side = tower.window_side;
   spec.dtype = parse_dtype(a.dtype);
-  spec.in_features = tower_options(wl).in_features();
+  spec.in_features = tower.in_features;
   spec.seed = a.workload.seed;
   spec.normalize_weights = true;
   spec.exact_reference = spec.dtype == at::kBFloat16;
   spec.slice_only_control = false;  // not reported; one backward less
   spec.timeout = std::chrono::milliseconds(a.timeout_ms);
-  spec.output_names = {"embeddings", "deepstack"};
+  spec.output_names = tower.output_names;
   return spec;
 }
 
@@ -111,17 +108,9 @@ int run_worker(const VerifyArgs& a) {
   at::set_num_threads(1);
   const int rank = a.worker_rank;
   const Workload wl = load_workload(a.workload.file);
-  const models::ToyTowerOptions opts = tower_options(wl);
   // The harness seeds torch before each instance: same tower on every rank.
   const parity::ParitySetup setup = parity::prepare(
-      verify_spec(a, wl),
-      [&](at::ScalarType dtype) {
-        models::ToyTower tower(opts);
-        tower->to(dtype);
-        return parity::module_instance(
-            models::as_vision_tower(tower), tower.ptr());
-      },
-      {rank});
+      verify_spec(a, wl), verify_tower(a.tower, wl.layout).factory, {rank});
 
   GroupOptions go;
   go.timeout = std::chrono::milliseconds(a.timeout_ms);
@@ -188,6 +177,8 @@ std::vector<std::string> worker_args(
   if (a.json) {
     v.push_back("--json");
   }
+  v.insert(v.end(), {"--tower", a.tower});
+  v.insert(v.end(), a.overrides.begin(), a.overrides.end());
   if (a.inject_fault != "none") {
     v.insert(v.end(), {"--inject-fault", a.inject_fault});
   }
@@ -269,8 +260,19 @@ void add_workload_options(CLI::App* cmd, VerifyArgs& args) {
          "optimal)")
       ->check(partitioner_name());
   cmd->add_option(
-         "--config", args.config_file, "YAML config (cost model, floor, ...)")
+         "--config",
+         args.config_file,
+         "YAML config (cost model, floor, split_frames, ...); dotted "
+         "overrides such as --" +
+             std::string(kFrameShardingPath) + ".split_frames true follow it")
       ->check(non_empty());
+  cmd->add_option(
+         "--tower",
+         args.tower,
+         "toy | qwen2-vl | qwen2.5-vl | qwen3-vl: the random tower checked "
+         "(the Qwen ones, width 32, depth 2, also run split frames)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(verify_tower_names()));
   cmd->add_option(
          "--min-local-patch-rows",
          args.min_local_patch_rows,
@@ -322,7 +324,9 @@ void register_verify_command(CLI::App& app) {
   cmd->footer(kFooter);
   add_workload_options(cmd, *args);
   add_run_options(cmd, *args);
-  cmd->callback([args] {
+  cmd->allow_extras();
+  cmd->callback([args, cmd] {
+    args->overrides = cmd->remaining();
     int code = 0;
     if (args->worker_rank >= 0) {
       code = run_worker_guarded(

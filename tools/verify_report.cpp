@@ -2,6 +2,8 @@
 
 #include "verify_report.h"
 
+#include "pieces_report.h"
+
 #include <frameshard/frames.h>
 #include <frameshard/plan.h>
 #include <frameshard/runtime/gather.h>
@@ -130,6 +132,8 @@ nlohmann::json plan_json(const ShardPlan& plan) {
         {"pad_frames", r.pad_frames},
         {"dummy_frames", r.dummy_frames},
         {"cost", r.cost},
+        {"pieces", pieces_json(plan, r)},
+        {"exchange_rows", r.exchange_rows},
     });
   }
   return {
@@ -140,6 +144,7 @@ nlohmann::json plan_json(const ShardPlan& plan) {
       {"cost_model", plan.options.cost.label},
       {"min_local_patch_rows", plan.options.min_local_patch_rows},
       {"imbalance", plan.partition.imbalance()},
+      {"split", plan.split},
       {"units", plan.frames.units.size()},
       {"ranks", ranks},
   };
@@ -263,6 +268,12 @@ void text_plan(std::ostream& os, const Facts& f) {
        << f.bytes_sent[i] << "  " << std::setw(12) << f.padded_bytes[i] << "  "
        << std::setw(9) << std::setprecision(1) << f.encode_ms[i] << "  "
        << std::setw(11) << f.backward_ms[i] << std::setprecision(3) << "\n";
+  }
+  for (const auto& r : plan.ranks) {
+    if (!r.pieces.empty()) {
+      os << "  rank " << r.rank << " pieces" << pieces_text(plan, r).substr(1)
+         << "\n";
+    }
   }
   os << "reference (replicated, rank 0): " << std::setprecision(1)
      << f.report.reference_ms << " ms forward+backward\n";

@@ -22,6 +22,13 @@
 //                                 # row; owner: each row goes only to the
 //                                 # rank owning its sequence position
 //                                 # (frameshard/owner_route.h)
+//           split_frames: false   # * true: the optimal partitioner may cut
+//                                 # a frame into pieces of its patch rows
+//                                 # across ranks (frameshard/split_plan.h);
+//                                 # needs partitioner optimal
+//           split_exchange_cost: 1000  # * cost units per K/V row a piece
+//                                 # receives (SplitOptions::
+//                                 # exchange_row_cost), 0 to 2^40
 //           tower: qwen3-vl       # * tower whose FLOPs "auto" counts
 //           policy: threshold     # * threshold: min_tokens/min_frames;
 //                                 # auto: shard when the predicted vision
@@ -70,10 +77,15 @@ struct FrameShardingConfig {
   std::string cost_alpha = "auto";
   std::string partitioner = "optimal";
   std::string gather = "all";
+  bool split_frames = false;
+  int64_t split_exchange_cost = 1000;
   std::string tower = "qwen3-vl";
   std::string policy = "threshold";
   double gather_bandwidth_gbps = kDefaultGatherBandwidthGbps;
 };
+
+/// Largest frame_sharding.split_exchange_cost.
+constexpr int64_t kMaxSplitExchangeCost = int64_t{1} << 40;
 
 struct Config {
   int64_t cp_size = 1;
@@ -101,12 +113,15 @@ Config load_config(const std::string& path);
 void apply_override(
     Config& config, const std::string& dotted_key, const std::string& value);
 /// Validates cross-field rules (cp_size >= 1, known partitioner, parseable
-/// cost_alpha, known tower); parse_config and apply_override call it.
+/// cost_alpha, known tower, split_frames only with partitioner optimal);
+/// parse_config and apply_override call it.
 void validate(const Config& config);
 /// Renders the config back to YAML (round-trips through parse_config).
 std::string to_yaml(const Config& config);
 
-/// The plan options the config describes (world = cp_size).
+/// The plan options the config describes (world = cp_size; split.enabled =
+/// split_frames, split.window_side = the tower's window side in patches,
+/// 8 for qwen2.5-vl, else 0).
 PlanOptions plan_options(const Config& config);
 
 }  // namespace frameshard

@@ -63,6 +63,24 @@ struct FrameUnit {
   int64_t token_offset = 0;  // first row in the full (replicated) output
 };
 
+/// Rows [begin, end) of one frame's h*w patch rows, in the processor's row
+/// order (merge x merge windows row-major): the part of a frame a rank holds
+/// when the plan splits the frame across ranks (split_frames). begin and end
+/// are multiples of merge^2, so a piece holds whole merged tokens: tokens
+/// [begin / merge^2, end / merge^2) of the frame. `frame` is the local frame
+/// (cu_seqlens segment) the piece is, among the frames a rank feeds its tower.
+struct FramePiece {
+  int64_t frame = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t rows() const {
+    return end - begin;
+  }
+  bool operator==(const FramePiece& o) const {
+    return frame == o.frame && begin == o.begin && end == o.end;
+  }
+};
+
 /// All frame units of a batch, in the original order.
 struct FrameSet {
   MediaLayout layout;

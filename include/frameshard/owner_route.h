@@ -81,7 +81,8 @@ OwnerRoute owner_route(
     const ShardPlan& plan, const std::vector<int64_t>& owner, int64_t rank);
 
 /// The global token indices of rank `rank`'s real encoded rows, in its
-/// local output order (its units ascending, each unit's tokens in order).
+/// local output order (its units ascending, each unit's tokens in order;
+/// of a split frame only its piece's tokens).
 std::vector<int64_t> encoded_tokens(const ShardPlan& plan, int64_t rank);
 
 }  // namespace frameshard

@@ -22,6 +22,7 @@
 //   o.policy.enabled = true;
 //   auto plan = frameshard::make_plan({{1, 64, 64}, {16, 16, 16}}, o);
 //   for (const auto& r : plan.ranks) { ... r.grid, r.pixel_ranges ... }
+//   o.split.enabled = true;  // may cut large frames across ranks
 //
 // Pure functions, thread-safe.
 #pragma once
@@ -41,6 +42,22 @@ namespace frameshard {
 /// frame_sharding.min_local_patch_rows).
 constexpr int64_t kMaxMinLocalPatchRows = int64_t{1} << 20;
 
+/// Splitting a frame across ranks (frame_sharding.split_frames; see the
+/// banner of frameshard/split_plan.h for the model and what is optimal).
+struct SplitOptions {
+  bool enabled = false;
+  /// Patch rows per window side of a window-attention tower (Qwen2.5-VL:
+  /// window_size / patch_size = 8); pieces then end on window rows, so
+  /// window layers need no communication. 0: full-attention tower, pieces
+  /// end on merged tokens (multiples of merge^2 rows).
+  int64_t window_side = 0;
+  /// Cost, in the cost model's units, of one K/V row a piece receives from
+  /// the other pieces of its frame (per full-attention layer, like the
+  /// model's units). Default: bf16 rows, a tower at ~200 TMAC/s against
+  /// ~400 GB/s of exchange bandwidth (2 bytes x 2e14 / 4e11 = 1000).
+  double exchange_row_cost = 1000.0;
+};
+
 struct PlanOptions {
   int64_t world = 1;  // cp_size: ranks the frames are spread over
   Partitioner partitioner = Partitioner::kOptimal;
@@ -48,6 +65,7 @@ struct PlanOptions {
   int64_t min_local_patch_rows = 96;  // 0 turns floor padding off
   MediaLayout layout;
   PolicyOptions policy;
+  SplitOptions split;
 };
 
 enum class PlanPath { kSharded, kReplicated };
@@ -92,6 +110,15 @@ struct RankShard {
   int64_t local_patch_rows = 0;  // rows fed to the tower (real+pad+dummy)
   int64_t local_tokens = 0;      // rows the tower returns (real+pad+dummy)
   double cost = 0.0;             // cost of the real frames
+  /// Split plans: the local frames this rank holds only part of (at most
+  /// the first and the last; FramePiece::frame indexes the local real
+  /// frames, i.e. `units`). Such a frame has its own grid row (1, h, w),
+  /// its pixel_ranges and cu_seqlens segment cover the piece's rows only,
+  /// and real_patch_rows / real_tokens count the piece. Empty otherwise.
+  std::vector<FramePiece> pieces;
+  /// K/V rows this rank receives per full-attention layer from the other
+  /// pieces of its split frames (sum over pieces of frame rows - piece rows).
+  int64_t exchange_rows = 0;
 };
 
 struct ShardPlan {
@@ -111,9 +138,18 @@ struct ShardPlan {
   /// (contiguous partitions). Otherwise output row i = gathered row
   /// restore_rows[i] (size frames.total_tokens).
   std::vector<int64_t> restore_rows;
+  /// Split plans (options.split.enabled and some frame cut across ranks):
+  /// true, and `partition` holds the split-aware rank costs (rank_costs,
+  /// max_cost, imbalance); partition.cuts[r] is the first unit rank r
+  /// touches and partition.assignment the rank holding each unit's first
+  /// row. unsplit_max_cost is the optimal max rank cost without splitting.
+  bool split = false;
+  /// Also set (to partition.max_cost()) in unsplit plans of the optimal
+  /// partitioner; 0 for the other partitioners.
+  double unsplit_max_cost = 0.0;
   /// 64-bit fingerprint over everything the ranks must agree on (path,
-  /// world, layout, units, assignment, per-rank grids, pads, dummies,
-  /// gather counts).
+  /// world, layout, units, assignment, per-rank grids, pieces, pads,
+  /// dummies, gather counts).
   uint64_t fingerprint = 0;
 
   bool sharded() const {
@@ -121,8 +157,16 @@ struct ShardPlan {
   }
 };
 
-/// Expands `grid`, costs the units, decides the path and partitions.
+/// Expands `grid`, costs the units, decides the path and partitions. With
+/// options.split.enabled (partitioner optimal only, else frameshard::Error)
+/// the sharded path may cut frames into pieces (frameshard/split_plan.h);
+/// when that does not strictly lower the bottleneck the plan is exactly the
+/// unsplit one.
 ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts);
+
+/// The fingerprint of `plan`'s current fields (what make_plan stores in
+/// plan.fingerprint), e.g. to check that a plan was not altered.
+uint64_t recompute_fingerprint(const ShardPlan& plan);
 
 /// A fingerprint as the tools print it: "0x" and 16 hex digits.
 std::string fingerprint_hex(uint64_t fingerprint);

@@ -12,8 +12,7 @@
 //
 // Usage:
 //   std::vector<frameshard::GridThw> grid = {{1, 8, 12}, {4, 4, 4}};
-//   frameshard::TowerInput in{pixels, frameshard::grid_to_tensor(grid),
-//                             frameshard::frame_cu_seqlens(grid)};
+//   frameshard::TowerInput in = frameshard::whole_frames_input(pixels, grid);
 //   std::vector<at::Tensor> outs = tower(in);  // a frameshard::VisionTower
 #pragma once
 
@@ -32,6 +31,24 @@ class Module;
 
 namespace frameshard {
 
+/// Split frames: sends the rows of this rank's pieces to the other ranks
+/// holding pieces of the same frames. `rows` is [local rows, F]: all local
+/// rows, one cu_seqlens segment per local frame (in the tower's current row
+/// order). Returns 1 + pieces tensors: first `rows` again, same values, tied
+/// to the collective (use it in place of `rows`: its backward then runs the
+/// collective's backward on every rank, also on a rank whose rows no piece
+/// uses); then, per piece of TowerInput::pieces in order, the whole frame's
+/// rows: every piece's rows, pieces in rank order (= frame row order), each
+/// in the order its holder passed them, this rank's own rows taken from the
+/// first tensor. Differentiable: the backward returns each row's gradient,
+/// summed over every rank that used it, to the rank that sent it.
+/// Collective over the CP group: when set, every rank calls it once per
+/// full-attention layer, in layer order, even a rank without pieces; a rank
+/// whose tower fails makes every rank raise the same error
+/// (frameshard/runtime/encode.h).
+using PieceExchange =
+    std::function<std::vector<at::Tensor>(const at::Tensor& rows)>;
+
 /// What the tower receives: the local frames only.
 struct TowerInput {
   at::Tensor pixel_values;  // [local_patch_rows, features], same dtype/device
@@ -39,9 +56,23 @@ struct TowerInput {
   at::Tensor grid_thw;      // int64 [local grid rows, 3], same device as
                             // pixel_values (Qwen towers index with it)
   at::Tensor cu_seqlens;    // int32 [local frames + 1], one segment per frame
+  /// Split frames (frameshard/frames.h FramePiece): local frames of which
+  /// this rank holds only rows [begin, end); their grid row is the whole
+  /// frame's geometry and their cu_seqlens segment the piece's rows. A
+  /// tower attends each piece's queries to the whole frame's keys and
+  /// values from `exchange`, computes positions from the whole frame's
+  /// geometry at the piece's offset, and keeps every other layer local.
+  /// Empty and unset unless the plan split a frame.
+  std::vector<FramePiece> pieces;
+  PieceExchange exchange;
 };
 
 using VisionTower = std::function<std::vector<at::Tensor>(const TowerInput&)>;
+
+/// The input of whole frames: `pixel_values`, the int64 grid_thw of `grid`
+/// and its frame_cu_seqlens, both on pixel_values' device.
+TowerInput whole_frames_input(
+    const at::Tensor& pixel_values, const std::vector<GridThw>& grid);
 
 /// Converts an integer [n, 3] tensor into grid rows (errors name the shape).
 std::vector<GridThw> grid_from_tensor(const at::Tensor& grid_thw);

@@ -2,7 +2,8 @@
 
 The fields, defaults and error messages are those of the YAML key
 `distributed.multimodal.vision.frame_sharding` (NeMo Automodel's schema plus frameshard's own
-`partitioner`, `tower`, `policy` and `gather_bandwidth_gbps`): every field is applied to the defaults as a dotted override by the
+`partitioner`, `gather`, `split_frames`, `tower`, `policy` and `gather_bandwidth_gbps`): every field
+is applied to the defaults as a dotted override by the
 C++ config code, so a bad value raises exactly the message a YAML file would, e.g.
 
     frameshard::config: distributed.multimodal.vision.frame_sharding.min_tokens:
@@ -58,6 +59,10 @@ class FrameShardingConfig:
         partitioner: "optimal" (exact contiguous), "greedy", "count" or "lpt".
         gather: "all" (every rank receives every visual row) or "owner" (each row goes only to
             the rank whose sequence shard uses it; shard_vision then needs token_owner).
+        split_frames: let the optimal partitioner cut frames larger than a rank's share into
+            pieces across ranks (plan() reports them; shard_vision refuses it: a Python tower
+            is not given the pieces).
+        split_exchange_cost: cost units per key/value row a piece receives (integer >= 0).
         tower: the tower whose FLOPs "auto" counts (e.g. "qwen3-vl").
         policy: "threshold" (min_tokens / min_frames) or "auto" (shard when the predicted
             vision saving exceeds the predicted gather time).
@@ -74,6 +79,8 @@ class FrameShardingConfig:
     cost_alpha: Union[str, float] = "auto"
     partitioner: str = "optimal"
     gather: str = "all"
+    split_frames: bool = False
+    split_exchange_cost: int = 1000
     tower: str = "qwen3-vl"
     policy: str = "threshold"
     gather_bandwidth_gbps: float = 25.0

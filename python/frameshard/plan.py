@@ -44,6 +44,9 @@ class RankPlan:
     local_patch_rows: int  # rows fed to the tower
     local_tokens: int  # rows the tower returns
     cost: float
+    # split plans: (local frame, begin, end) of each frame this rank holds only rows of
+    pieces: list[tuple[int, int, int]]
+    exchange_rows: int  # K/V rows received per full-attention layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +72,8 @@ class Plan:
     restore_rows: list[int]
     total_patch_rows: int
     total_tokens: int
+    split: bool  # some frame is cut across ranks (split_frames)
+    unsplit_max_cost: float  # the optimal max rank cost without cutting frames
     fingerprint: str
 
     @property
@@ -94,6 +99,7 @@ def plan_from_dict(d: dict[str, Any]) -> Plan:
         r = dict(r)
         r["grid"] = [tuple(g) for g in r["grid"]]
         r["pixel_ranges"] = [tuple(x) for x in r["pixel_ranges"]]
+        r["pieces"] = [tuple(x) for x in r["pieces"]]
         ranks.append(RankPlan(**r))
     fields["ranks"] = ranks
     return Plan(**fields)

@@ -85,6 +85,8 @@ py::dict fields_dict(const FrameShardingConfig& fs) {
   d["cost_alpha"] = fs.cost_alpha;
   d["partitioner"] = fs.partitioner;
   d["gather"] = fs.gather;
+  d["split_frames"] = fs.split_frames;
+  d["split_exchange_cost"] = fs.split_exchange_cost;
   d["tower"] = fs.tower;
   d["policy"] = fs.policy;
   d["gather_bandwidth_gbps"] = fs.gather_bandwidth_gbps;
@@ -130,6 +132,12 @@ py::dict rank_dict(const RankShard& r) {
   d["local_patch_rows"] = r.local_patch_rows;
   d["local_tokens"] = r.local_tokens;
   d["cost"] = r.cost;
+  py::list pieces;
+  for (const FramePiece& p : r.pieces) {
+    pieces.append(py::make_tuple(p.frame, p.begin, p.end));
+  }
+  d["pieces"] = pieces;
+  d["exchange_rows"] = r.exchange_rows;
   return d;
 }
 
@@ -168,6 +176,8 @@ py::dict plan_dict(const ShardPlan& plan) {
   d["restore_rows"] = plan.restore_rows;
   d["total_patch_rows"] = plan.frames.total_patch_rows;
   d["total_tokens"] = plan.frames.total_tokens;
+  d["split"] = plan.split;
+  d["unsplit_max_cost"] = plan.unsplit_max_cost;
   d["fingerprint"] = fingerprint_hex(plan.fingerprint);
   return d;
 }
@@ -245,6 +255,13 @@ py::tuple encode_binding(
       overrides, cp_size, spatial_merge_size, temporal_patch_size);
   o.tower_trainable = tower_trainable;
   o.timeout = millis(timeout_ms);
+  // A Python tower is called with (pixel_values, grid_thw, cu_seqlens): it
+  // would encode a piece of a split frame as if it were a whole frame.
+  FRAMESHARD_CHECK(
+      !o.plan.split.enabled,
+      "shard_vision",
+      "split_frames: expected false for a Python tower (it is not given the "
+      "pieces of split frames nor their K/V exchange), got true");
   const VisionTower cpp_tower = python_tower(tower);
   EncodeResult res;
   {

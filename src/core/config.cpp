@@ -66,6 +66,34 @@ std::vector<Rule> build_rules() {
     };
     rules.push_back(std::move(r));
   };
+  // A string that is one of two words ("all or owner").
+  auto add_choice =
+      [&rules](
+          std::string path, const char* first, const char* second, auto field) {
+        const std::string expected = std::string(first) + " or " + second;
+        auto ok = [first, second](const std::string& v) {
+          return v == first || v == second;
+        };
+        Rule r;
+        r.path = std::move(path);
+        r.read = [expected, ok, field](
+                     const YAML::Node& n,
+                     const std::string& p,
+                     Config& c,
+                     const Source& s) {
+          const std::string v = read_string(n, expected, p, s);
+          if (!ok(v)) {
+            config_error(p, expected, render(n), s.at(n));
+          }
+          field(c) = v;
+        };
+        r.check = [expected, ok, field](const Config& c, const std::string& p) {
+          if (!ok(field(c))) {
+            config_error(p, expected, quote(field(c)));
+          }
+        };
+        rules.push_back(std::move(r));
+      };
   add_int(
       "distributed.cp_size",
       1,
@@ -135,24 +163,34 @@ std::vector<Rule> build_rules() {
         const auto& v = c.frame_sharding.partitioner;
         check_partitioner(v, v, p);
       }});
+  add_choice(
+      fs_key("gather"), "all", "owner", [](auto& c) -> auto& {
+        return c.frame_sharding.gather;
+      });
   rules.push_back(Rule{
-      fs_key("gather"),
+      fs_key("split_frames"),
       [](const YAML::Node& n,
          const std::string& p,
          Config& c,
          const Source& s) {
-        const std::string v = read_string(n, "all or owner", p, s);
-        if (v != "all" && v != "owner") {
-          config_error(p, "all or owner", render(n), s.at(n));
-        }
-        c.frame_sharding.gather = v;
+        c.frame_sharding.split_frames = read_bool(n, p, s);
       },
+      // Checked after the whole file: the partitioner may come later in it.
       [](const Config& c, const std::string& p) {
-        const auto& v = c.frame_sharding.gather;
-        if (v != "all" && v != "owner") {
-          config_error(p, "all or owner", quote(v));
+        const auto& fs = c.frame_sharding;
+        if (fs.split_frames && fs.partitioner != "optimal") {
+          config_error(
+              p,
+              "false with partitioner " + quote(fs.partitioner) +
+                  " (frames are split by the optimal partitioner only)",
+              "true");
         }
       }});
+  add_int(
+      fs_key("split_exchange_cost"),
+      0,
+      [](auto& c) -> auto& { return c.frame_sharding.split_exchange_cost; },
+      kMaxSplitExchangeCost);
   rules.push_back(Rule{
       fs_key("tower"),
       [](const YAML::Node& n,
@@ -169,24 +207,10 @@ std::vector<Rule> build_rules() {
         const auto& v = c.frame_sharding.tower;
         check_tower(v, v, p);
       }});
-  rules.push_back(Rule{
-      fs_key("policy"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) {
-        const std::string v = read_string(n, "threshold or auto", p, s);
-        if (v != "threshold" && v != "auto") {
-          config_error(p, "threshold or auto", render(n), s.at(n));
-        }
-        c.frame_sharding.policy = v;
-      },
-      [](const Config& c, const std::string& p) {
-        const auto& v = c.frame_sharding.policy;
-        if (v != "threshold" && v != "auto") {
-          config_error(p, "threshold or auto", quote(v));
-        }
-      }});
+  add_choice(
+      fs_key("policy"), "threshold", "auto", [](auto& c) -> auto& {
+        return c.frame_sharding.policy;
+      });
   rules.push_back(Rule{
       fs_key("gather_bandwidth_gbps"),
       [](const YAML::Node& n,
@@ -470,6 +494,10 @@ std::string to_yaml(const Config& config) {
   }
   out << YAML::Key << "partitioner" << YAML::Value << fs.partitioner;
   out << YAML::Key << "gather" << YAML::Value << fs.gather;
+  out << YAML::Key << "split_frames" << YAML::Value << YAML::TrueFalseBool
+      << fs.split_frames;
+  out << YAML::Key << "split_exchange_cost" << YAML::Value
+      << fs.split_exchange_cost;
   out << YAML::Key << "tower" << YAML::Value << fs.tower;
   out << YAML::Key << "policy" << YAML::Value << fs.policy;
   out << YAML::Key << "gather_bandwidth_gbps" << YAML::Value
@@ -490,6 +518,16 @@ PlanOptions plan_options(const Config& config) {
   o.policy.enabled = fs.enabled;
   o.policy.min_tokens = fs.min_tokens;
   o.policy.min_frames = fs.min_frames;
+  o.split.enabled = fs.split_frames;
+  o.split.exchange_row_cost = static_cast<double>(fs.split_exchange_cost);
+  // Pieces of a window-attention tower end on window rows (8 patch rows
+  // for Qwen2.5-VL's 8 x 8 patch windows).
+  const int64_t window = tower_preset(fs.tower).window_patches;
+  int64_t side = 0;
+  while ((side + 1) * (side + 1) <= window) {
+    ++side;
+  }
+  o.split.window_side = side;
   o.policy.kind = parse_policy_kind(fs.policy, "policy");
   o.policy.gather_bandwidth_gbps = fs.gather_bandwidth_gbps;
   if (o.cost.seconds_per_unit <= 0.0) {

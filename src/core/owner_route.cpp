@@ -83,10 +83,24 @@ std::vector<int64_t> encoded_tokens(const ShardPlan& plan, int64_t rank) {
       plan.ranks.size(),
       "), got ",
       rank);
+  const RankShard& rs = plan.ranks[static_cast<size_t>(rank)];
+  const int64_t merge2 = plan.frames.layout.spatial_merge_size *
+                         plan.frames.layout.spatial_merge_size;
   std::vector<int64_t> tokens;
-  for (int64_t u : plan.ranks[static_cast<size_t>(rank)].units) {
-    const FrameUnit& unit = plan.frames.units[static_cast<size_t>(u)];
-    for (int64_t t = 0; t < unit.tokens; ++t) {
+  tokens.reserve(static_cast<size_t>(rs.real_tokens));
+  for (size_t local = 0; local < rs.units.size(); ++local) {
+    const FrameUnit& unit =
+        plan.frames.units[static_cast<size_t>(rs.units[local])];
+    // A piece of a split frame encodes only its own tokens.
+    int64_t first = 0;
+    int64_t end = unit.tokens;
+    for (const FramePiece& p : rs.pieces) {
+      if (p.frame == static_cast<int64_t>(local)) {
+        first = p.begin / merge2;
+        end = p.end / merge2;
+      }
+    }
+    for (int64_t t = first; t < end; ++t) {
       tokens.push_back(unit.token_offset + t);
     }
   }

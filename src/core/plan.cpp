@@ -1,5 +1,6 @@
 #include <frameshard/error.h>
 #include <frameshard/plan.h>
+#include <frameshard/split_plan.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -7,6 +8,7 @@
 #include <numeric>
 
 #include "core/fingerprint.h"
+#include "core/split_ranks.h"
 
 namespace frameshard {
 
@@ -14,7 +16,8 @@ namespace {
 
 // Each rank's units as maximal runs [a, b) of consecutive unit indices,
 // flattened: rank r owns runs [offset[r], offset[r + 1]). A contiguous
-// partition has at most one run per rank, read straight off the cuts.
+// partition has at most one run per rank, read straight off the cuts (not
+// in split plans: there cuts[r] is only the first unit rank r touches).
 struct Runs {
   std::vector<int64_t> a;
   std::vector<int64_t> b;
@@ -25,7 +28,7 @@ struct Runs {
     offset.reserve(world + 1);
     offset.push_back(0);
     const std::vector<int64_t>& cuts = plan.partition.cuts;
-    if (plan.partition.contiguous()) {
+    if (plan.partition.contiguous() && !plan.split) {
       a.reserve(world);
       b.reserve(world);
       for (size_t r = 0; r < world; ++r) {
@@ -90,6 +93,15 @@ uint64_t plan_fingerprint(const ShardPlan& plan, const Runs& runs) {
     }
     fp.add(rank.pad_frames);
     fp.add(rank.dummy_frames);
+    if (plan.split) {
+      // Only split plans hash pieces, so unsplit fingerprints are unchanged.
+      fp.add(static_cast<int64_t>(rank.pieces.size()));
+      for (const FramePiece& p : rank.pieces) {
+        fp.add(rank.units[static_cast<size_t>(p.frame)]);
+        fp.add(p.begin);
+        fp.add(p.end);
+      }
+    }
   }
   fp.add(static_cast<int64_t>(plan.gather_counts.size()));
   for (int64_t c : plan.gather_counts) {
@@ -266,7 +278,9 @@ int64_t floor_pad_frames(
   return (missing + frame_rows - 1) / frame_rows;
 }
 
-ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
+namespace {
+
+void check_plan_options(const PlanOptions& opts) {
   FRAMESHARD_CHECK(
       opts.world >= 1,
       "make_plan",
@@ -291,6 +305,18 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
       kMaxMinLocalPatchRows,
       "], got ",
       opts.min_local_patch_rows);
+  FRAMESHARD_CHECK(
+      !opts.split.enabled || opts.partitioner == Partitioner::kOptimal,
+      "make_plan",
+      "options.split.enabled: expected partitioner optimal (frames are split "
+      "by the optimal partitioner only), got ",
+      to_string(opts.partitioner));
+}
+
+}  // namespace
+
+ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
+  check_plan_options(opts);
 
   ShardPlan plan;
   plan.options = opts;
@@ -313,6 +339,19 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
       opts.policy, opts.cost, frames, plan.unit_costs, plan.partition);
   plan.path = decision.shard ? PlanPath::kSharded : PlanPath::kReplicated;
   plan.reason = decision.reason;
+  // The auto policy weighs the whole-frame partition (a split plan only
+  // lowers the slowest rank further).
+  if (opts.partitioner == Partitioner::kOptimal) {
+    plan.unsplit_max_cost = plan.partition.max_cost();
+  }
+  if (opts.split.enabled && plan.path == PlanPath::kSharded) {
+    const SplitPartition sp = split_partition(frames, opts, plan.unit_costs);
+    if (sp.split) {
+      internal::build_split_ranks(plan, sp);
+      plan.fingerprint = plan_fingerprint(plan, Runs(plan));
+      return plan;
+    }
+  }
   const std::vector<int64_t>& assignment = plan.partition.assignment;
 
   // Units per rank, ascending.
@@ -370,6 +409,10 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
 
   plan.fingerprint = plan_fingerprint(plan, runs);
   return plan;
+}
+
+uint64_t recompute_fingerprint(const ShardPlan& plan) {
+  return plan_fingerprint(plan, Runs(plan));
 }
 
 std::string fingerprint_hex(uint64_t fingerprint) {

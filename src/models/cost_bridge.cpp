@@ -61,5 +61,13 @@ MediaLayout media_layout(const QwenVisionConfig& c) {
   return l;
 }
 
+int64_t split_window_side(const QwenVisionConfig& c) {
+  if (c.family() != QwenFamily::kQwen2_5VL) {
+    return 0;
+  }
+  const auto& v = c.as<Qwen2_5VLVisionConfig>();
+  return v.merger_window_size() * v.spatial_merge_size;
+}
+
 }  // namespace models
 }  // namespace frameshard

@@ -4,7 +4,8 @@
 // with a SwiGLU MLP ("gate_proj", "up_proj", "down_proj"); window attention
 // except in fullatt_block_indexes (per-frame attention there); RMSNorm
 // merger ("ln_q", "mlp.0", "mlp.2"), then the window permutation undone.
-// Windows never cross frames, so frames stay independent.
+// Windows never cross frames, so frames stay independent. A split frame's
+// piece holds whole window rows: its windows are its own.
 #include <frameshard/models/qwen_towers.h>
 
 #include "models/qwen_blocks.h"
@@ -62,19 +63,23 @@ std::vector<at::Tensor> Qwen2_5VLVisionTowerImpl::forward(
   const auto geo =
       detail::check_tower_input(input, config_.in_features(), s.merge, s.name);
   const auto win =
-      detail::window_index(geo.grid, s.merge, config_.merger_window_size());
+      detail::window_index(geo, s.merge, config_.merger_window_size(), s.name);
   at::Tensor x = patch_embed_->forward(input.pixel_values);
   x = detail::permute_units(x, win.index, unit);
-  auto rotary =
-      detail::tower_rotary(s, detail::patch_coordinates(geo.grid, s.merge), x);
+  auto rotary = detail::tower_rotary(
+      s, geo.local(detail::patch_coordinates(geo.grid, s.merge)), x);
   rotary.cos = detail::permute_units(rotary.cos, win.index, unit);
   rotary.sin = detail::permute_units(rotary.sin, win.index, unit);
+  const auto split = detail::split_attention(input, geo);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     // Full-attention layers use the per-frame segments: the window
     // permutation keeps every frame's rows inside its own segment.
     const bool full_attention =
         detail::layer_slot(config_.fullatt_block_indexes, i) >= 0;
-    x = blocks_[i]->forward(x, rotary, full_attention ? geo.cu : win.cu);
+    // Split frames exchange keys and values in these layers only: pieces
+    // hold whole window rows, so window layers stay local.
+    x = full_attention ? blocks_[i]->forward(x, rotary, geo.cu, split)
+                       : blocks_[i]->forward(x, rotary, win.cu);
   }
   return {merger_->forward(x).index_select(0, win.inverse.to(x.device()))};
 }

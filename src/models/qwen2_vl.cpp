@@ -1,7 +1,8 @@
 // Qwen2-VL vision tower (HF Qwen2VisionTransformerPretrainedModel): Conv3d
 // patch embedding without bias, 2-D rotary, LayerNorm blocks with a
 // quick_gelu MLP ("fc1", "fc2"), per-frame attention, LayerNorm merger
-// ("ln_q", "mlp.0", "mlp.2") to hidden_size.
+// ("ln_q", "mlp.0", "mlp.2") to hidden_size. Split frames: positions from
+// the whole frame, every layer exchanges keys and values.
 #include <frameshard/models/qwen_towers.h>
 
 #include "models/qwen_blocks.h"
@@ -40,10 +41,11 @@ std::vector<at::Tensor> Qwen2VLVisionTowerImpl::forward(
   const auto geo =
       detail::check_tower_input(input, config_.in_features(), s.merge, s.name);
   at::Tensor x = patch_embed_->forward(input.pixel_values);
-  const auto rotary =
-      detail::tower_rotary(s, detail::patch_coordinates(geo.grid, s.merge), x);
+  const auto rotary = detail::tower_rotary(
+      s, geo.local(detail::patch_coordinates(geo.grid, s.merge)), x);
+  const auto split = detail::split_attention(input, geo);
   for (const auto& block : blocks_) {
-    x = block->forward(x, rotary, geo.cu);
+    x = block->forward(x, rotary, geo.cu, split);
   }
   return {merger_->forward(x)};
 }

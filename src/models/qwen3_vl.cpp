@@ -5,7 +5,8 @@
 // gelu_pytorch_tanh MLP ("linear_fc1", "linear_fc2"), per-frame attention,
 // a LayerNorm merger ("norm", "linear_fc1", "linear_fc2") and one DeepStack
 // merger per deepstack index whose norm runs after the 2x2 shuffle
-// ("deepstack_merger_list.<k>").
+// ("deepstack_merger_list.<k>"). Split frames: positions from the whole
+// frame, every layer exchanges keys and values.
 #include <frameshard/models/qwen_towers.h>
 
 #include "models/qwen_blocks.h"
@@ -74,6 +75,7 @@ std::vector<at::Tensor> Qwen3VLVisionTowerImpl::forward(
   const auto geo =
       detail::check_tower_input(input, config_.in_features(), s.merge, s.name);
   at::Tensor x = patch_embed_->forward(input.pixel_values);
+  // Positions of the whole frames, then the local rows (split frames).
   const at::Tensor coords = detail::patch_coordinates(geo.grid, s.merge);
   {
     const auto interp = detail::bilinear_positions(
@@ -84,15 +86,16 @@ std::vector<at::Tensor> Qwen3VLVisionTowerImpl::forward(
     const at::Device dev = x.device();
     // HF: (pos_embed(indices) * weights[:, :, None]).sum(1), in the
     // promoted dtype, then cast to the hidden dtype.
-    at::Tensor pos = (pos_embed_(interp.indices.to(dev)) *
-                      interp.weights.to(dev).unsqueeze(-1))
+    at::Tensor pos = (pos_embed_(geo.local(interp.indices).to(dev)) *
+                      geo.local(interp.weights).to(dev).unsqueeze(-1))
                          .sum(1);
     x = x + pos.to(x.scalar_type());
   }
-  const auto rotary = detail::tower_rotary(s, coords, x);
+  const auto rotary = detail::tower_rotary(s, geo.local(coords), x);
+  const auto split = detail::split_attention(input, geo);
   std::vector<at::Tensor> out{at::Tensor()};  // the merger's, filled last
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    x = blocks_[i]->forward(x, rotary, geo.cu);
+    x = blocks_[i]->forward(x, rotary, geo.cu, split);
     const int64_t k = detail::layer_slot(config_.deepstack_visual_indexes, i);
     if (k >= 0) {
       out.push_back(deepstack_mergers_[static_cast<size_t>(k)]->forward(x));

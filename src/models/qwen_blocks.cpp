@@ -172,35 +172,112 @@ constexpr int64_t kMaxScoreElements = int64_t(1) << 26;
 
 }  // namespace
 
+SplitAttention split_attention(
+    const TowerInput& input, const FrameGeometry& geo) {
+  SplitAttention split;
+  // Without the exchange a piece would attend within itself only: wrong
+  // values, silently.
+  TORCH_CHECK(
+      input.pieces.empty() || input.exchange,
+      "frameshard: expected TowerInput::exchange with ",
+      input.pieces.size(),
+      " pieces of split frames, got none (encode sets it; a caller of "
+      "local_tower_input running a split plan must too)");
+  if (input.exchange) {
+    split.pieces = &geo.pieces;
+    split.exchange = &input.exchange;
+  }
+  return split;
+}
+
+namespace {
+
+// Per segment of `cu`: the index of its piece among `split`'s pieces, or -1
+// when the segment is a whole frame (or nothing is split).
+std::vector<int64_t> piece_slots(
+    const SplitAttention& split, const std::vector<int64_t>& cu) {
+  std::vector<int64_t> slot(cu.size() - 1, -1);
+  if (split.active()) {
+    for (size_t j = 0; j < split.pieces->size(); ++j) {
+      slot[static_cast<size_t>((*split.pieces)[j].frame)] =
+          static_cast<int64_t>(j);
+    }
+  }
+  return slot;
+}
+
+}  // namespace
+
 at::Tensor VisionAttentionImpl::forward(
-    const at::Tensor& x, const Rotary& rotary, const std::vector<int64_t>& cu) {
+    const at::Tensor& x,
+    const Rotary& rotary,
+    const std::vector<int64_t>& cu,
+    const SplitAttention& split) {
   const int64_t rows = x.size(0);
   const int64_t hd = dim_ / heads_;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const at::Tensor qkv = qkv_(x).reshape({rows, 3, heads_, hd});
   const at::Tensor q = apply_rotary(qkv.select(1, 0), rotary);
-  const at::Tensor k = apply_rotary(qkv.select(1, 1), rotary);
-  const at::Tensor v = qkv.select(1, 2);
+  at::Tensor k = apply_rotary(qkv.select(1, 1), rotary);
+  at::Tensor v = qkv.select(1, 2);
+  // [batch, heads, n, hd] from [batch * n, heads, hd] rows.
+  auto heads_first = [&](const at::Tensor& t, int64_t batch, int64_t n) {
+    return t.reshape({batch, n, heads_, hd}).permute({0, 2, 1, 3});
+  };
+
+  // Split frames: every rank exchanges once per full-attention layer, with
+  // or without pieces of its own (the exchange is collective).
+  std::vector<at::Tensor> whole_kv;  // local rows, then one per piece
+  if (split.active()) {
+    whole_kv = (*split.exchange)(
+        at::cat({k.reshape({rows, dim_}), v.reshape({rows, dim_})}, 1));
+    TORCH_CHECK(
+        whole_kv.size() == split.pieces->size() + 1,
+        "frameshard::VisionAttention: expected the exchange to return the "
+        "local rows and one tensor per piece (",
+        split.pieces->size() + 1,
+        "), got ",
+        whole_kv.size());
+    k = whole_kv[0].narrow(1, 0, dim_).reshape({rows, heads_, hd});
+    v = whole_kv[0].narrow(1, dim_, dim_).reshape({rows, heads_, hd});
+  }
+  const std::vector<int64_t> slot = piece_slots(split, cu);
 
   std::vector<at::Tensor> pieces;
   const auto segments = static_cast<int64_t>(cu.size()) - 1;
   int64_t s = 0;
   while (s < segments) {
     const int64_t n = cu[s + 1] - cu[s];
+    if (slot[static_cast<size_t>(s)] >= 0) {
+      // A piece: its queries against the whole frame's keys and values.
+      const at::Tensor& kv =
+          whole_kv[static_cast<size_t>(slot[static_cast<size_t>(s)]) + 1];
+      const int64_t whole = kv.size(0);
+      at::Tensor o = at::scaled_dot_product_attention(
+          heads_first(q.narrow(0, cu[s], n), 1, n),
+          heads_first(kv.narrow(1, 0, dim_), 1, whole),
+          heads_first(kv.narrow(1, dim_, dim_), 1, whole),
+          {},
+          0.0,
+          false,
+          scale);
+      pieces.push_back(o.permute({0, 2, 1, 3}).reshape({n, dim_}));
+      ++s;
+      continue;
+    }
     // Consecutive segments of one length run as one batch; each batch entry
     // is computed on its own (no attention across segments).
     const int64_t max_batch = std::max<int64_t>(
         1, kMaxScoreElements / std::max<int64_t>(1, heads_ * n * n));
     int64_t e = s + 1;
-    while (e < segments && e - s < max_batch && cu[e + 1] - cu[e] == n) {
+    while (e < segments && e - s < max_batch && cu[e + 1] - cu[e] == n &&
+           slot[static_cast<size_t>(e)] < 0) {
       ++e;
     }
     const int64_t batch = e - s;
     if (n > 0) {
       auto seg = [&](const at::Tensor& t) {  // [batch, heads, n, hd]
-        return t.narrow(0, cu[s], batch * n)
-            .reshape({batch, n, heads_, hd})
-            .permute({0, 2, 1, 3});
+        return heads_first(t.narrow(0, cu[s], batch * n), batch, n);
       };
       // Fused attention (torch's SDPA: the flash kernel on CPU and CUDA)
       // never materialises the [n, n] scores; it accumulates the softmax in
@@ -230,8 +307,11 @@ VisionBlockImpl::VisionBlockImpl(
 }
 
 at::Tensor VisionBlockImpl::forward(
-    const at::Tensor& x, const Rotary& rotary, const std::vector<int64_t>& cu) {
-  at::Tensor h = x + attn_(norm1_(x), rotary, cu);
+    const at::Tensor& x,
+    const Rotary& rotary,
+    const std::vector<int64_t>& cu,
+    const SplitAttention& split) {
+  at::Tensor h = x + attn_->forward(norm1_(x), rotary, cu, split);
   return h + mlp_(norm2_(h));
 }
 

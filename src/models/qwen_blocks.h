@@ -87,16 +87,37 @@ class VisionMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VisionMlp);
 
+/// Split frames in a full-attention layer: the local frames that are pieces
+/// (segment i of `cu` is local frame i there) and the exchange bringing
+/// each piece its whole frame's keys and values. Inactive (the default, and
+/// in window layers): attention stays inside the segments.
+struct SplitAttention {
+  const std::vector<FramePiece>* pieces = nullptr;
+  const PieceExchange* exchange = nullptr;
+  bool active() const {
+    return exchange != nullptr && static_cast<bool>(*exchange);
+  }
+};
+
+/// The SplitAttention of a tower input (inactive unless input.exchange is
+/// set); refers to `input` and `geo`, which must outlive it.
+SplitAttention split_attention(
+    const TowerInput& input, const FrameGeometry& geo);
+
 /// Multi-head self-attention ("qkv", "proj") with 2-D rotary q/k, strictly
 /// inside the segments of `cu` (HF's eager path, one segment at a time;
-/// equal consecutive segments run as one batched matmul).
+/// equal consecutive segments run as one batched matmul). With an active
+/// `split`, every rank exchanges its rotated keys and values once (all
+/// local rows, [rows, 2 * dim]) and a piece's queries attend to its whole
+/// frame's keys and values.
 class VisionAttentionImpl : public torch::nn::Module {
  public:
   VisionAttentionImpl(int64_t dim, int64_t heads);
   at::Tensor forward(
       const at::Tensor& x,
       const Rotary& rotary,
-      const std::vector<int64_t>& cu);
+      const std::vector<int64_t>& cu,
+      const SplitAttention& split = {});
 
  private:
   int64_t dim_, heads_;
@@ -117,7 +138,8 @@ class VisionBlockImpl : public torch::nn::Module {
   at::Tensor forward(
       const at::Tensor& x,
       const Rotary& rotary,
-      const std::vector<int64_t>& cu);
+      const std::vector<int64_t>& cu,
+      const SplitAttention& split = {});
 
  private:
   Norm norm1_{nullptr}, norm2_{nullptr};

@@ -15,6 +15,83 @@ namespace frameshard {
 namespace models {
 namespace detail {
 
+namespace {
+
+// Fills geo.cu, geo.rows and (with pieces) geo.local_rows from geo.grid and
+// geo.pieces, validating the pieces.
+void set_local_rows(FrameGeometry& geo, int64_t merge, const char* fn) {
+  const int64_t unit = merge * merge;
+  geo.cu.assign(1, 0);
+  std::vector<int64_t> local;  // [begin, end) pairs of whole-frame rows
+  int64_t whole = 0;           // rows of the whole frames so far
+  int64_t frame = 0;
+  size_t next = 0;  // next piece
+  for (const GridThw& g : geo.grid) {
+    const int64_t hw = g.h * g.w;
+    for (int64_t t = 0; t < g.t; ++t, ++frame, whole += hw) {
+      int64_t begin = 0;
+      int64_t end = hw;
+      if (next < geo.pieces.size() && geo.pieces[next].frame == frame) {
+        const FramePiece& p = geo.pieces[next++];
+        FRAMESHARD_TORCH_CHECK(
+            p.begin >= 0 && p.begin < p.end && p.end <= hw &&
+                p.begin % unit == 0 && p.end % unit == 0,
+            fn,
+            "expected piece rows [begin, end) of local frame ",
+            frame,
+            " inside its ",
+            hw,
+            " rows, not empty, on merged tokens (multiples of ",
+            unit,
+            "), got [",
+            p.begin,
+            ", ",
+            p.end,
+            ")");
+        begin = p.begin;
+        end = p.end;
+      }
+      geo.cu.push_back(geo.cu.back() + end - begin);
+      if (!geo.pieces.empty()) {
+        local.push_back(whole + begin);
+        local.push_back(whole + end);
+      }
+    }
+  }
+  FRAMESHARD_TORCH_CHECK(
+      next == geo.pieces.size(),
+      fn,
+      "expected pieces of ascending local frames in [0, ",
+      frame,
+      "), got piece ",
+      next,
+      " of ",
+      geo.pieces.size(),
+      next < geo.pieces.size()
+          ? " for frame " + std::to_string(geo.pieces[next].frame)
+          : std::string());
+  geo.rows = geo.cu.back();
+  if (geo.pieces.empty()) {
+    return;
+  }
+  geo.local_rows = at::empty({geo.rows}, at::kLong);
+  int64_t* out = geo.local_rows.data_ptr<int64_t>();
+  for (size_t i = 0; i < local.size(); i += 2) {
+    for (int64_t r = local[i]; r < local[i + 1]; ++r) {
+      *out++ = r;
+    }
+  }
+}
+
+}  // namespace
+
+at::Tensor FrameGeometry::local(const at::Tensor& whole) const {
+  if (!local_rows.defined()) {
+    return whole;
+  }
+  return whole.index_select(0, local_rows.to(whole.device()));
+}
+
 FrameGeometry check_tower_input(
     const TowerInput& input,
     int64_t in_features,
@@ -42,7 +119,6 @@ FrameGeometry check_tower_input(
   const int64_t* gp = grid.data_ptr<int64_t>();
 
   FrameGeometry geo;
-  geo.cu.push_back(0);
   for (int64_t i = 0; i < grid.size(0); ++i) {
     GridThw row{gp[3 * i], gp[3 * i + 1], gp[3 * i + 2]};
     FRAMESHARD_TORCH_CHECK(
@@ -60,18 +136,18 @@ FrameGeometry check_tower_input(
         ", ",
         row.w,
         ")");
-    for (int64_t t = 0; t < row.t; ++t) {
-      geo.cu.push_back(geo.cu.back() + row.h * row.w);
-    }
     geo.grid.push_back(row);
   }
-  geo.rows = geo.cu.back();
+  geo.pieces = input.pieces;
+  set_local_rows(geo, merge, fn);
   FRAMESHARD_TORCH_CHECK(
       geo.rows == pixels.size(0),
       fn,
       "expected ",
       geo.rows,
-      " pixel rows (sum of t*h*w over grid_thw), got ",
+      " pixel rows (sum of t*h*w over grid_thw",
+      geo.pieces.empty() ? "" : ", pieces counting their rows",
+      "), got ",
       pixels.size(0));
   if (input.cu_seqlens.defined()) {
     const at::Tensor cu = input.cu_seqlens.to(at::kCPU, at::kLong).contiguous();
@@ -146,24 +222,55 @@ Rotary rotary_tables(
 }
 
 WindowIndex window_index(
-    const std::vector<GridThw>& grid,
+    const FrameGeometry& geo,
     int64_t merge,
-    int64_t merger_window_size) {
+    int64_t merger_window_size,
+    const char* fn) {
   const int64_t vw = merger_window_size;
   const int64_t unit = merge * merge;
   std::vector<int64_t> index;
   WindowIndex out;
   out.cu.push_back(0);
-  int64_t base = 0;
-  for (const auto& g : grid) {
+  int64_t base = 0;  // first local merge unit of the frame
+  int64_t frame = 0;
+  size_t next = 0;  // next piece
+  for (const auto& g : geo.grid) {
     const int64_t lh = g.h / merge;
     const int64_t lw = g.w / merge;
     // HF pads each frame's token grid up to whole windows (even when it
     // already divides: an extra empty window row/column, dropped below).
     const int64_t nwh = (lh + vw - lh % vw) / vw;
     const int64_t nww = (lw + vw - lw % vw) / vw;
-    for (int64_t t = 0; t < g.t; ++t) {
-      for (int64_t wy = 0; wy < nwh; ++wy) {
+    for (int64_t t = 0; t < g.t; ++t, ++frame) {
+      // A piece holds merge units [first, last) of the frame, whole window
+      // rows: its windows are the frame's windows of those rows.
+      const int64_t band = vw * lw;  // merge units per window row
+      int64_t first = 0;
+      int64_t last = lh * lw;
+      if (next < geo.pieces.size() && geo.pieces[next].frame == frame) {
+        const FramePiece& p = geo.pieces[next++];
+        first = p.begin / unit;
+        last = p.end / unit;
+        FRAMESHARD_TORCH_CHECK(
+            first % band == 0 && (last % band == 0 || last == lh * lw),
+            fn,
+            "expected the piece of local frame ",
+            frame,
+            " to hold whole window rows (rows multiples of ",
+            band * unit,
+            " = window_size/patch_size ",
+            vw * merge,
+            " x w ",
+            g.w,
+            ", so window layers stay local; plan with split.window_side ",
+            vw * merge,
+            "), got rows [",
+            p.begin,
+            ", ",
+            p.end,
+            ")");
+      }
+      for (int64_t wy = first / band; wy < nwh && wy * band < last; ++wy) {
         for (int64_t wx = 0; wx < nww; ++wx) {
           int64_t count = 0;
           for (int64_t iy = 0; iy < vw; ++iy) {
@@ -171,7 +278,7 @@ WindowIndex window_index(
             for (int64_t ix = 0; ix < vw; ++ix) {
               const int64_t x = wx * vw + ix;
               if (y < lh && x < lw) {
-                index.push_back(base + t * lh * lw + y * lw + x);
+                index.push_back(base + y * lw + x - first);
                 ++count;
               }
             }
@@ -181,8 +288,8 @@ WindowIndex window_index(
           }
         }
       }
+      base += last - first;
     }
-    base += g.t * lh * lw;
   }
   const auto n = static_cast<int64_t>(index.size());
   out.index = at::empty({n}, at::kLong);

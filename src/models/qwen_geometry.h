@@ -19,16 +19,30 @@ namespace frameshard {
 namespace models {
 namespace detail {
 
-/// The validated geometry of a TowerInput: grid rows, per-frame segments.
+/// The validated geometry of a TowerInput: grid rows, per-frame segments
+/// and, for split frames, the pieces and where the local rows sit among the
+/// whole frames' rows.
 struct FrameGeometry {
-  std::vector<GridThw> grid;
-  std::vector<int64_t> cu;  // per temporal patch, from 0 to rows
-  int64_t rows = 0;
+  std::vector<GridThw> grid;  // local grid rows, whole-frame geometry
+  std::vector<int64_t> cu;    // per local frame, from 0 to rows (a piece
+                              // frame's segment is the piece's rows)
+  int64_t rows = 0;           // local pixel rows
+  std::vector<FramePiece> pieces;
+  /// int64 [rows]: the index of every local row among the rows of the
+  /// whole frames of `grid` (sum of t*h*w); undefined without pieces.
+  at::Tensor local_rows;
+
+  /// `whole` (one row per row of the whole frames, e.g. patch coordinates
+  /// or position taps) restricted to the local rows; `whole` itself
+  /// without pieces.
+  at::Tensor local(const at::Tensor& whole) const;
 };
 
 /// Checks pixel_values [rows, in_features], grid_thw [n, 3] (positive, h
-/// and w divisible by merge, sum t*h*w == rows) and, when defined,
-/// cu_seqlens == the per-frame segments of grid_thw. `fn` names the tower.
+/// and w divisible by merge), the pieces (ascending local frames, rows
+/// [begin, end) inside the frame, multiples of merge^2, not empty), rows ==
+/// sum over frames of h*w or the piece's rows and, when defined, cu_seqlens
+/// == those per-frame segments. `fn` names the tower.
 FrameGeometry check_tower_input(
     const TowerInput& input,
     int64_t in_features,
@@ -60,10 +74,15 @@ struct WindowIndex {
   at::Tensor inverse;
   std::vector<int64_t> cu;
 };
+/// With split frames (geo.pieces) a piece's windows are the windows of its
+/// rows: a piece must hold whole window rows (begin and end multiples of
+/// merger_window_size * merge * w, or end at the frame's end), else it
+/// raises naming the piece; `fn` names the tower.
 WindowIndex window_index(
-    const std::vector<GridThw>& grid,
+    const FrameGeometry& geo,
     int64_t merge,
-    int64_t merger_window_size);
+    int64_t merger_window_size,
+    const char* fn);
 
 /// Rows grouped by `unit` consecutive rows, reordered by `index`.
 at::Tensor permute_units(

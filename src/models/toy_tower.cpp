@@ -292,6 +292,14 @@ CheckedInput check_input(const ToyTowerOptions& o, const TowerInput& input) {
 
 std::vector<at::Tensor> ToyTowerImpl::forward(const TowerInput& input) {
   const auto& o = options_;
+  // The toy attention has no whole-frame keys for a piece: refuse rather
+  // than attend within the piece (wrong values, and no exchange call).
+  FRAMESHARD_TORCH_CHECK(
+      input.pieces.empty() && !input.exchange,
+      "ToyTower",
+      "expected whole frames (split_frames off), got ",
+      input.pieces.size(),
+      " pieces of split frames: split frames need a Qwen tower");
   const CheckedInput in = check_input(o, input);
   const at::Tensor& pixels = input.pixel_values;
   at::Tensor x = embed_(pixels);

@@ -24,10 +24,8 @@ std::vector<int64_t> probe_widths(
   const int64_t m = spec.plan.layout.spatial_merge_size;
   const std::vector<GridThw> one{{1, m, m}};
   at::NoGradGuard no_grad;
-  const std::vector<at::Tensor> outs = tower.forward(TowerInput{
-      at::zeros({m * m, spec.in_features}, at::dtype(spec.dtype)),
-      grid_to_tensor(one),
-      frame_cu_seqlens(one)});
+  const std::vector<at::Tensor> outs = tower.forward(whole_frames_input(
+      at::zeros({m * m, spec.in_features}, at::dtype(spec.dtype)), one));
   FRAMESHARD_TORCH_CHECK(
       !outs.empty(), kFn, "expected a tower with outputs, got none");
   std::vector<int64_t> widths;

@@ -27,7 +27,7 @@ Replicated run_replicated(
     const TowerInstance& tower,
     const at::Tensor& pixels,
     const std::function<at::Tensor(int)>& mask_of = nullptr) {
-  const TowerInput full{pixels, p.grid_thw, frame_cu_seqlens(p.spec.grid)};
+  const TowerInput full = whole_frames_input(pixels, p.spec.grid);
   const std::vector<at::Tensor> outs = tower.forward(full);
   at::Tensor loss = torch::zeros({}, torch::kDouble);
   for (int q = 0; q < p.world(); ++q) {

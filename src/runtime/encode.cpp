@@ -9,7 +9,10 @@
 //   then, on the sharded path only, one forward alltoall (and one backward
 //   alltoall on every rank when any rank needs a gradient).
 // Everything that can fail locally (planning, slicing, the tower, the output
-// checks) runs BEFORE the consensus and is caught there.
+// checks) runs BEFORE the consensus and is caught there. Split plans add,
+// inside the tower, one exchange per full-attention layer on every rank,
+// each opening with the same consensus record (runtime/piece_exchange.h): a
+// rank whose tower raises meets its peers' next exchange with its failure.
 
 #include <frameshard/runtime/encode.h>
 
@@ -19,6 +22,7 @@
 #include "core/fingerprint.h"
 #include "runtime/collectives.h"
 #include "runtime/consensus.h"
+#include "runtime/piece_exchange.h"
 #include "tower/check.h"
 
 #include <c10/util/Exception.h>
@@ -157,10 +161,12 @@ LocalPhase run_local_phase(
     const VisionTower& tower,
     const at::Tensor& pixel_values,
     const at::Tensor& grid_thw,
-    int rank,
+    const ProcessGroupPtr& group,
     const EncodeOptions& options,
     const std::string& prefix,
+    const std::shared_ptr<internal::PieceExchangeState>& exchange,
     std::string& stage) {
+  const int rank = group->getRank();
   LocalPhase lp;
   stage = "while planning";
   TORCH_CHECK(
@@ -184,6 +190,10 @@ LocalPhase run_local_phase(
   if (lp.plan.sharded()) {
     stage = "while slicing its pixel rows";
     in = local_tower_input(lp.plan, rank, pixel_values);
+    if (lp.plan.split && group->getSize() > 1) {
+      in.exchange = internal::make_piece_exchange(
+          lp.plan, rank, group, device, options.timeout, exchange);
+    }
     expected_rows = lp.plan.ranks.at(rank).local_tokens;
     rows_meaning = "local_tokens of the plan: real, floor and dummy frames";
   } else {
@@ -350,6 +360,7 @@ TowerInput local_tower_input(
                                          : at::cat(pieces, 0);
   in.grid_thw = grid_to_tensor(shard.grid, device);
   in.cu_seqlens = cu_seqlens_tensor(shard.cu_seqlens, device);
+  in.pieces = shard.pieces;
   return in;
 }
 
@@ -386,15 +397,16 @@ EncodeResult encode(
     // Nobody to wait for: errors propagate as raised (frameshard::Error
     // for a bad grid, the tower's own exception type, c10::Error).
     lp = run_local_phase(
-        tower, pixel_values, grid_thw, rank, options, prefix, stage);
+        tower, pixel_values, grid_thw, group, options, prefix, nullptr, stage);
     return finish(std::move(lp), group, rank, false, options);
   }
 
   internal::ConsensusRecord mine;
   mine.grad_mode = at::GradMode::is_enabled();
+  auto exchange = std::make_shared<internal::PieceExchangeState>();
   try {
     lp = run_local_phase(
-        tower, pixel_values, grid_thw, rank, options, prefix, stage);
+        tower, pixel_values, grid_thw, group, options, prefix, exchange, stage);
     mine.fingerprint =
         lp.plan.fingerprint ^ owner_fingerprint(options.token_owner);
     mine.path = lp.plan.sharded() ? 0 : 1;
@@ -407,6 +419,9 @@ EncodeResult encode(
       mine.rows = lp.outputs[0].size(0);
     }
   } catch (...) {
+    if (exchange->raised) {
+      throw;  // every rank raised it already, inside the tower's exchange
+    }
     mine.ok = false;
     mine.error =
         stage + ": " + detail::exception_text(std::current_exception());

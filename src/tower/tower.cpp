@@ -82,6 +82,15 @@ std::vector<int64_t> frame_offsets(const std::vector<GridThw>& grid) {
   return cu;
 }
 
+TowerInput whole_frames_input(
+    const at::Tensor& pixel_values, const std::vector<GridThw>& grid) {
+  TowerInput in;
+  in.pixel_values = pixel_values;
+  in.grid_thw = grid_to_tensor(grid, pixel_values.device());
+  in.cu_seqlens = frame_cu_seqlens(grid, pixel_values.device());
+  return in;
+}
+
 at::Tensor frame_cu_seqlens(
     const std::vector<GridThw>& grid, c10::Device device) {
   return offsets_to_int32(frame_offsets(grid), device, "frame_cu_seqlens");

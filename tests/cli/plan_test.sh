@@ -189,7 +189,36 @@ plan_json "config without enabled" --config "$TMP/plain.yaml" --preset mixed &&
 plan_json "no config" --preset multi &&
   check "no config: cp 4 and enabled by default" 'j["cp"] == 4 and j["path"] == "sharded"'
 
+# ------------------------------------------------------------ split frames
+plan_json "doc with split frames" --preset doc --cp 8 --split-frames &&
+  check "split: max/mean near 1 against the frames' mean, far below unsplit" \
+    '(j["split"] and j["max_cost"] / j["frames_mean_cost"] < 1.10 and
+      j["unsplit_max_cost"] / j["frames_mean_cost"] > 2)' &&
+  check "split: non-empty pieces, rows and tokens add up" '(
+all(p["end"] > p["begin"] for r in j["ranks"] for p in r["pieces"]) and
+sum(r["patch_rows"] for r in j["ranks"]) == j["patch_rows"] and
+sum(j["gather_counts"]) == j["tokens"])' &&
+  check "split: exchange rows are summed over ranks" \
+    'j["exchange_rows"] == sum(r["exchange_rows"] for r in j["ranks"]) > 0'
+plan_json "split by dotted override" --preset doc --cp 8 "--$FS.split_frames" true &&
+  check "the override splits like the flag" 'j["split"] and j["split_frames"]'
+plan_json "split off" --preset doc --cp 8 &&
+  check "split off: no pieces, no exchange" \
+    '(not j["split"] and j["exchange_rows"] == 0 and
+      all(r["pieces"] == [] for r in j["ranks"]))'
+if "$BIN" plan --preset doc --cp 4 --split-frames >"$TMP/split.txt" 2>&1 &&
+  grep -q '^      piece  unit 0 rows \[0, ' "$TMP/split.txt" &&
+  grep -q '^split        max/mean ' "$TMP/split.txt" &&
+  grep -q '^exchange     ' "$TMP/split.txt"; then
+  pass "split: the text report lists pieces, max/mean and the exchange"
+else
+  fail "split: the text report lists pieces, max/mean and the exchange"
+  cat "$TMP/split.txt"
+fi
+
 # ------------------------------------------------------------------ errors
+expect_error "split with another partitioner" "$FS.split_frames: expected false with partitioner" \
+  --preset doc --partitioner lpt --split-frames
 expect_error "bad override value" "$FS.min_tokens" --preset mixed "--$FS.min_tokens" true
 expect_error "unknown override key" "$FS.enable" --preset mixed "--$FS.enable" true
 expect_error "override without a value" "expected a value after" --preset mixed "--$FS.enabled"

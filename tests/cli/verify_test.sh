@@ -132,7 +132,32 @@ if run died 2 --nproc 3 --inject-fault exit --timeout-ms 10000; then
   [ $((SECONDS - start)) -lt 30 ] || fail "died: took $((SECONDS - start)) s"
 fi
 
-# 8. Bad input: non-zero exit and a message naming the problem.
+# 8. Split frames on a Qwen tower of each family: a large frame cut across
+# three ranks, float64 parity of outputs and every gradient, pieces reported;
+# the toy tower refuses pieces on every rank.
+SPLIT=(--distributed.multimodal.vision.frame_sharding.split_frames true
+  --distributed.multimodal.vision.frame_sharding.split_exchange_cost 0)
+echo '{"grid_thw": [[1, 32, 16], [1, 4, 4], [2, 8, 8]]}' >"$TMP/big.json"
+for tower in qwen2-vl qwen2.5-vl qwen3-vl; do
+  if run "split-$tower" 0 --nproc 3 --tower "$tower" --dtype float64 \
+    --workload "$TMP/big.json" --scale 1 --json "${SPLIT[@]}"; then
+    "$PY" - "$TMP/split-$tower.out" <<'EOF' || fail "split-$tower: checks"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["pass"] is True
+assert j["plan"]["split"] is True, j["plan"]
+pieces = [p for r in j["plan"]["ranks"] for p in r["pieces"]]
+assert len(pieces) >= 2 and all(p["of"] == 512 for p in pieces), pieces
+assert j["max_abs_diff"]["gradients"] <= 1e-12, j["max_abs_diff"]
+EOF
+  fi
+done
+if run split-toy 2 --nproc 2 --workload "$TMP/big.json" --scale 1 \
+  "${SPLIT[@]}"; then
+  expect_err split-toy 'split frames need a Qwen tower'
+fi
+
+# 9. Bad input: non-zero exit and a message naming the problem.
 printf '{"grid_thw": [[1, 5, 4]]}' >"$TMP/odd.json"
 if run badgrid 2 --workload "$TMP/odd.json"; then
   expect_err badgrid 'error: frameshard::.*divisible'

@@ -7,6 +7,7 @@
 
 #include <frameshard/runtime/encode.h>
 
+#include "testing/rank_errors.h"
 #include "testing/run_ranks.h"
 #include "testing/tensors.h"
 #include "testing/test_tower.h"
@@ -24,7 +25,7 @@
 namespace frameshard {
 namespace {
 
-using testing::full_input;
+using testing::expect_same_error_everywhere;
 using testing::kMixedGrid;
 using testing::kTestFeatures;
 using testing::leaf_copy;
@@ -91,26 +92,6 @@ std::vector<RankOutcome> run_encode(
         }
       },
       ropts);
-}
-
-/// Every rank raised, with the same text after its "[rank r/W] " prefix,
-/// containing `needle`.
-void expect_same_error_everywhere(
-    const std::vector<RankOutcome>& outcomes, const std::string& needle) {
-  ASSERT_FALSE(outcomes.empty());
-  const std::string first = strip_rank_prefix(outcomes[0].error);
-  for (size_t r = 0; r < outcomes.size(); ++r) {
-    ASSERT_FALSE(outcomes[r].ok) << "rank " << r << " did not raise";
-    EXPECT_EQ(
-        outcomes[r].error.rfind(
-            "frameshard::encode: [rank " + std::to_string(r) + "/" +
-                std::to_string(outcomes.size()) + "] ",
-            0),
-        0u)
-        << outcomes[r].error;
-    EXPECT_EQ(strip_rank_prefix(outcomes[r].error), first) << "rank " << r;
-  }
-  EXPECT_NE(first.find(needle), std::string::npos) << first;
 }
 
 TEST(EncodeErrors, RanksGivenDifferentGridsAllRaise) {
@@ -393,7 +374,8 @@ TEST(EncodeErrors, FrozenTowerOverAWiderGroupIsAllowed) {
   const TestTowerParams params = random_test_tower_params(at::kDouble);
   const at::Tensor pixels =
       at::randn({patch_rows(kMixedGrid), kTestFeatures}, at::kDouble);
-  const auto ref = test_tower(params, full_input(pixels, kMixedGrid), 2);
+  const auto ref =
+      test_tower(params, whole_frames_input(pixels, kMixedGrid), 2);
   std::vector<double> diffs(4, 1.0);
   std::vector<bool> sharded(4, false);
   run_ranks(4, [&](int rank, ProcessGroupPtr pg) {

@@ -8,8 +8,11 @@
 // frame independence, family specifics) are the unit tier's
 // tests/models/*. Numerical parity with `transformers` itself is the
 // Python fixture test's job (it runs `frameshard encode` on HF-saved tiny
-// models).
+// models). Split frames (a frame cut across ranks, keys and values
+// exchanged in every full-attention layer): one frame over 2-4 ranks, next
+// to whole frames, a video frame, float32.
 
+#include <frameshard/models/cost_bridge.h>
 #include <frameshard/models/qwen_vision.h>
 #include <frameshard/runtime/encode.h>
 
@@ -49,16 +52,25 @@ struct ParityResult {
 // ranks against the replicated tower, rank-specific losses on different rows
 // (rows i % world == r), and the slice-only control. Also counts each rank's
 // forward all-to-alls (DeepStack must travel in the same one).
+// `split`: plan with split frames (pieces on the tower's window rows).
 ParityResult sharded_parity(
     const QwenVisionConfig& cfg,
     const std::vector<GridThw>& grid,
     int world,
-    uint64_t seed) {
+    uint64_t seed,
+    bool split = false,
+    at::ScalarType dtype = at::kDouble) {
   parity::ParitySpec spec;
   spec.grid = grid;
   spec.plan = frameshard::testing::sharding_options(world);
   spec.plan.layout = media_layout(cfg);
   spec.plan.cost = flop_cost_model(tower_dims(cfg));
+  spec.plan.split.enabled = split;
+  spec.plan.split.window_side = split_window_side(cfg);
+  // Tiny widths: a row's compute is a few hundred cost units, below the
+  // default exchange cost of a bf16 row at realistic widths.
+  spec.plan.split.exchange_row_cost = 1.0;
+  spec.dtype = dtype;
   spec.in_features = cfg.in_features();
   spec.seed = seed;
   spec.normalize_weights = true;
@@ -126,6 +138,72 @@ TEST_P(QwenFamilyTest, FewerFramesThanRanksUseDummyFrames) {
   EXPECT_LE(
       rep.max_gradient_diff(), 1e-12 * std::max(1.0, rep.gradient_scale()));
   EXPECT_EQ(r.rows_seen[2], 4) << "one (1, 2, 2) dummy frame";
+}
+
+// ---------------------------------------------------------- split frames
+
+// Full-attention layers of the tiny config: the exchanges per forward.
+int64_t full_attention_layers(const QwenVisionConfig& cfg) {
+  const TowerDims d = tower_dims(cfg);
+  return d.window_patches > 0 ? d.full_layers() : d.depth;
+}
+
+// Split-frame parity: the plan split some frame, outputs and every parameter
+// gradient equal the replicated tower's (float64 1e-12, relative to the
+// gradients' scale), every rank ran the tower on rows, and each rank issued
+// one all-to-all per full-attention layer (the exchange; window layers stay
+// local) plus the gather's.
+void expect_split_parity(
+    const QwenVisionConfig& cfg,
+    const std::vector<GridThw>& grid,
+    int world,
+    uint64_t seed) {
+  const auto r = sharded_parity(cfg, grid, world, seed, /*split=*/true);
+  const parity::ParityReport& rep = r.report;
+  ASSERT_TRUE(rep.plan.sharded());
+  ASSERT_TRUE(rep.plan.split) << "world " << world << ": nothing was split";
+  EXPECT_LT(rep.plan.partition.max_cost(), rep.plan.unsplit_max_cost);
+  EXPECT_LE(rep.max_output_diff(), 1e-12) << "world " << world;
+  EXPECT_LE(
+      rep.max_gradient_diff(), 1e-12 * std::max(1.0, rep.gradient_scale()))
+      << "world " << world;
+  ASSERT_TRUE(rep.slice_only_diff.has_value());
+  EXPECT_GT(*rep.slice_only_diff, 1e-3) << "the losses must discriminate";
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_EQ(r.alltoalls_forward[rank], 1 + full_attention_layers(cfg))
+        << "rank " << rank;
+    EXPECT_GT(r.rows_seen[rank], 0) << "rank " << rank;
+  }
+}
+
+TEST_P(QwenFamilyTest, OneFrameSplitOverAllRanksMatchesReplicated) {
+  const auto cfg = tiny_config(GetParam());
+  for (int world : {2, 3, 4}) {
+    expect_split_parity(cfg, {{1, 16, 16}}, world, 40 + world);
+  }
+}
+
+TEST_P(QwenFamilyTest, SplitFrameNextToWholeFramesMatchesReplicated) {
+  const auto cfg = tiny_config(GetParam());
+  expect_split_parity(
+      cfg, {{1, 4, 4}, {1, 24, 16}, {2, 4, 4}, {1, 8, 4}}, 3, 50);
+}
+
+TEST_P(QwenFamilyTest, VideoFrameSplitMatchesReplicated) {
+  const auto cfg = tiny_config(GetParam());
+  // Two frames of 256 rows over three ranks: one frame is cut.
+  expect_split_parity(cfg, {{2, 16, 16}}, 3, 60);
+}
+
+TEST_P(QwenFamilyTest, SplitFramesFloat32WithinBound) {
+  const auto cfg = tiny_config(GetParam());
+  const auto r = sharded_parity(
+      cfg, {{1, 16, 16}, {1, 4, 4}}, 2, 70, /*split=*/true, at::kFloat);
+  ASSERT_TRUE(r.report.plan.split);
+  EXPECT_LE(r.report.max_output_diff(), 1e-5);
+  EXPECT_LE(
+      r.report.max_gradient_diff(),
+      1e-5 * std::max(1.0, r.report.gradient_scale()));
 }
 
 INSTANTIATE_TEST_SUITE_P(

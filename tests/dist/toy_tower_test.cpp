@@ -23,7 +23,6 @@ namespace {
 using models::ToyTower;
 using models::ToyTowerOptions;
 
-using testing::full_input;
 using testing::max_abs_diff;
 using testing::patch_rows;
 
@@ -48,7 +47,7 @@ at::Tensor make_pixels(
 TEST(ToyTower, OutputShapesAndRegisteredParameters) {
   const std::vector<GridThw> grid{{1, 4, 6}, {2, 4, 4}, {1, 2, 2}};
   ToyTower tower = make_tower(0);
-  auto outs = tower->forward(full_input(make_pixels(1, grid), grid));
+  auto outs = tower->forward(whole_frames_input(make_pixels(1, grid), grid));
   // tokens = (24 + 2*16 + 4) / 4 = 15
   ASSERT_EQ(outs.size(), 2u);
   EXPECT_EQ(outs[0].sizes(), (std::vector<int64_t>{15, 48}));
@@ -80,7 +79,7 @@ TEST(ToyTower, OutputShapesAndRegisteredParameters) {
   no_ds.deepstack = false;
   ToyTower plain(no_ds);
   plain->to(at::kDouble);
-  auto one = plain->forward(full_input(make_pixels(1, grid), grid));
+  auto one = plain->forward(whole_frames_input(make_pixels(1, grid), grid));
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].sizes(), (std::vector<int64_t>{15, 48}));
 }
@@ -90,13 +89,14 @@ TEST(ToyTower, VideoEqualsItsFramesEncodedSeparately) {
   const std::vector<GridThw> video{{3, 4, 6}};
   const std::vector<GridThw> frames{{1, 4, 6}, {1, 4, 6}, {1, 4, 6}};
   at::Tensor pixels = make_pixels(2, video);
-  auto a = tower->forward(full_input(pixels, video));
-  auto b = tower->forward(full_input(pixels, frames));
+  auto a = tower->forward(whole_frames_input(pixels, video));
+  auto b = tower->forward(whole_frames_input(pixels, frames));
   // And one frame at a time.
   std::vector<at::Tensor> emb, deep;
   for (int64_t f = 0; f < 3; ++f) {
     const std::vector<GridThw> one{{1, 4, 6}};
-    auto o = tower->forward(full_input(pixels.narrow(0, 24 * f, 24), one));
+    auto o =
+        tower->forward(whole_frames_input(pixels.narrow(0, 24 * f, 24), one));
     emb.push_back(o[0]);
     deep.push_back(o[1]);
   }
@@ -112,11 +112,11 @@ TEST(ToyTower, AttentionStaysInsideEachFrame) {
   // Frames of equal and of different sizes (batched and single segments).
   const std::vector<GridThw> grid{{2, 4, 4}, {1, 4, 6}, {1, 2, 2}};
   at::Tensor pixels = make_pixels(3, grid);
-  auto before = tower->forward(full_input(pixels, grid));
+  auto before = tower->forward(whole_frames_input(pixels, grid));
   // Change the second frame of the video (patch rows 16..31, tokens 4..7).
   at::Tensor changed = pixels.clone();
   changed.narrow(0, 16, 16).add_(1.0);
-  auto after = tower->forward(full_input(changed, grid));
+  auto after = tower->forward(whole_frames_input(changed, grid));
   ASSERT_EQ(before[0].size(0), 15);
   for (int k = 0; k < 2; ++k) {
     EXPECT_TRUE(
@@ -136,8 +136,8 @@ TEST(ToyTower, PositionSignalDependsOnTheGrid) {
   const std::vector<GridThw> grid{{1, 4, 8}};
   const std::vector<GridThw> transposed{{1, 8, 4}};
   at::Tensor pixels = make_pixels(4, grid);
-  auto a = tower->forward(full_input(pixels, grid));
-  auto b = tower->forward(full_input(pixels, transposed));
+  auto a = tower->forward(whole_frames_input(pixels, grid));
+  auto b = tower->forward(whole_frames_input(pixels, transposed));
   EXPECT_EQ(a[0].sizes(), b[0].sizes());
   EXPECT_GT(max_abs_diff(a[0], b[0]), 1e-3);
   EXPECT_GT(max_abs_diff(a[1], b[1]), 1e-3);
@@ -146,7 +146,7 @@ TEST(ToyTower, PositionSignalDependsOnTheGrid) {
   // a video of identical frames gives identical tokens per frame.
   const std::vector<GridThw> video{{2, 4, 8}};
   at::Tensor twice = torch::cat({pixels, pixels});
-  auto v = tower->forward(full_input(twice, video));
+  auto v = tower->forward(whole_frames_input(twice, video));
   EXPECT_TRUE(torch::equal(v[0].narrow(0, 0, 8), v[0].narrow(0, 8, 8)));
   EXPECT_LE(max_abs_diff(v[0].narrow(0, 0, 8), a[0]), 1e-12);
 }
@@ -169,12 +169,12 @@ TEST(ToyTower, PositionsFollowTheMergeWindowRowOrder) {
   const std::vector<GridThw> wide{{1, 2, 4}};
   const std::vector<GridThw> window{{1, 2, 2}};
   at::Tensor pixels = make_pixels(5, wide);
-  auto a = tower->forward(full_input(pixels, wide));
-  auto b = tower->forward(full_input(pixels.narrow(0, 0, 4), window));
+  auto a = tower->forward(whole_frames_input(pixels, wide));
+  auto b = tower->forward(whole_frames_input(pixels.narrow(0, 0, 4), window));
   EXPECT_LE(max_abs_diff(a[0][0], b[0][0]), 1e-12);
   // The second window sits at x = 2..3: same pixels at (0..1, 0..1) give a
   // different token.
-  auto c = tower->forward(full_input(pixels.narrow(0, 4, 4), window));
+  auto c = tower->forward(whole_frames_input(pixels.narrow(0, 4, 4), window));
   EXPECT_GT(max_abs_diff(a[0][1], c[0][0]), 1e-6);
 
   // Block-row order: token 2 of a (1, 4, 4) frame is the window at rows
@@ -183,8 +183,8 @@ TEST(ToyTower, PositionsFollowTheMergeWindowRowOrder) {
   const std::vector<GridThw> tall{{1, 4, 2}};
   at::Tensor sq = make_pixels(6, square);
   at::Tensor tl = torch::cat({sq.narrow(0, 0, 4), sq.narrow(0, 8, 4)});
-  auto d = tower->forward(full_input(sq, square));
-  auto e = tower->forward(full_input(tl, tall));
+  auto d = tower->forward(whole_frames_input(sq, square));
+  auto e = tower->forward(whole_frames_input(tl, tall));
   EXPECT_LE(max_abs_diff(d[0][0], e[0][0]), 1e-12);
   EXPECT_LE(max_abs_diff(d[0][2], e[0][1]), 1e-12);
   EXPECT_LE(max_abs_diff(d[1][2], e[1][1]), 1e-12);
@@ -194,10 +194,10 @@ TEST(ToyTower, RunsInEveryDtype) {
   const std::vector<GridThw> grid{{2, 4, 4}, {1, 2, 6}};
   ToyTower ref = make_tower(0, at::kDouble);
   at::Tensor pixels = make_pixels(6, grid);
-  auto expected = ref->forward(full_input(pixels, grid));
+  auto expected = ref->forward(whole_frames_input(pixels, grid));
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
     ToyTower tower = make_tower(0, dtype);
-    auto outs = tower->forward(full_input(pixels.to(dtype), grid));
+    auto outs = tower->forward(whole_frames_input(pixels.to(dtype), grid));
     ASSERT_EQ(outs.size(), 2u);
     for (int k = 0; k < 2; ++k) {
       EXPECT_EQ(outs[k].scalar_type(), dtype);
@@ -214,7 +214,7 @@ TEST(ToyTower, RejectsInconsistentInputs) {
   ToyTower tower = make_tower(0);
   const std::vector<GridThw> grid{{2, 4, 4}};
   at::Tensor pixels = make_pixels(7, grid);
-  TowerInput in = full_input(pixels, grid);
+  TowerInput in = whole_frames_input(pixels, grid);
 
   TowerInput short_rows = in;
   short_rows.pixel_values = pixels.narrow(0, 0, 16);

@@ -89,10 +89,21 @@ def _family_dir(fixtures, family):
     return os.path.join(root, family)
 
 
-def _encode(binary, model_dir, inputs, out, nproc=1):
+# Split frames: frame_sharding.split_frames on, and no exchange cost (the tiny towers' rows cost
+# less than the default cost of a bf16 row at realistic widths, which would forbid every cut).
+SPLIT_OVERRIDES = [
+    "--distributed.multimodal.vision.frame_sharding.split_frames",
+    "true",
+    "--distributed.multimodal.vision.frame_sharding.split_exchange_cost",
+    "0",
+]
+
+
+def _encode(binary, model_dir, inputs, out, nproc=1, extra=()):
     cmd = [binary, "encode", "--model-dir", model_dir, "--inputs", inputs, "--out", out, "--dtype", "float32"]
     if nproc > 1:
         cmd += ["--nproc", str(nproc), "--json"]
+    cmd += list(extra)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=ENCODE_TIMEOUT_S)
     assert proc.returncode == 0, "%s\nexit %d\nstdout:\n%s\nstderr:\n%s" % (
         " ".join(cmd),
@@ -102,18 +113,22 @@ def _encode(binary, model_dir, inputs, out, nproc=1):
     )
     assert os.path.isfile(out), "encode exited 0 but wrote no %s" % out
     if nproc > 1:
-        _check_sharded(proc.stdout, nproc)
+        _check_sharded(proc.stdout, nproc, split=bool(extra))
     return load_file(out)
 
 
-def _check_sharded(stdout, nproc):
+def _check_sharded(stdout, nproc, split=False):
     """With --nproc N the frames must really be split: a silent fall-back to one rank would make
-    the sharded comparison a copy of the unsharded one."""
+    the sharded comparison a copy of the unsharded one. With split frames, some frame must be cut
+    across ranks (pieces reported)."""
     report = json.loads(stdout)
     plan = report.get("plan", {})
     ranks = plan.get("ranks", [])
     assert plan.get("path") == "sharded", "encode --nproc %d did not shard: plan %s" % (nproc, plan)
     assert len(ranks) == nproc and all(r.get("patch_rows", 0) > 0 for r in ranks), plan
+    if split:
+        assert plan.get("split") is True, "no frame was split: plan %s" % plan
+        assert sum(len(r.get("pieces", [])) for r in ranks) >= 2, plan
 
 
 def _compared_names(reference):
@@ -172,9 +187,11 @@ def test_fixtures_cover_the_families(fixtures):
     assert inputs["pixel_values"].shape[0] == int(np.prod(grid, axis=1).sum())
 
 
-@pytest.mark.parametrize("nproc", [1, 2], ids=["nproc1", "nproc2"])
+@pytest.mark.parametrize(
+    "nproc,split", [(1, False), (2, False), (4, True)], ids=["nproc1", "nproc2", "nproc4-split"]
+)
 @pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_encode_matches_transformers(binary, fixtures, family, nproc, tmp_path):
+def test_encode_matches_transformers(binary, fixtures, family, nproc, split, tmp_path):
     fam = _family_dir(fixtures, family)
     reference = load_file(os.path.join(fam, "reference.safetensors"))
     output = _encode(
@@ -183,14 +200,16 @@ def test_encode_matches_transformers(binary, fixtures, family, nproc, tmp_path):
         os.path.join(fam, "inputs.safetensors"),
         str(tmp_path / "out.safetensors"),
         nproc=nproc,
+        extra=SPLIT_OVERRIDES if split else (),
     )
     diffs, problems = _diffs(reference, output)
-    print("\nhf-parity %-10s nproc=%d max abs diff: %s" % (family, nproc, _format(diffs)))
+    label = "nproc=%d%s" % (nproc, " split" if split else "")
+    print("\nhf-parity %-10s %s max abs diff: %s" % (family, label, _format(diffs)))
     assert not problems, (
-        "%s (nproc=%d) disagrees with transformers:\n  %s\n"
+        "%s (%s) disagrees with transformers:\n  %s\n"
         "reference.safetensors also holds debug_patch_embed, debug_block_input, debug_rotary_*, "
         "debug_block<i> (input row order) to find the first diverging stage."
-        % (family, nproc, "\n  ".join(problems))
+        % (family, label, "\n  ".join(problems))
     )
 
 

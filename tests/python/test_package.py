@@ -99,6 +99,22 @@ def test_plan_objects():
     assert q.path == "replicated" and q.reason == "disabled"
 
 
+def test_plan_with_split_frames_lists_pieces():
+    cfg = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_local_patch_rows=0, split_frames=True)
+    p = frameshard.plan([[1, 64, 64]], cp_size=4, config=cfg)
+    assert p.split and max(p.rank_costs) < p.unsplit_max_cost
+    begin = 0
+    for r in p.ranks:
+        assert r.units == [0] and len(r.pieces) == 1 and r.pieces[0][:2] == (0, begin)
+        assert r.exchange_rows == 4096 - (r.pieces[0][2] - r.pieces[0][1])
+        begin = r.pieces[0][2]
+    assert begin == 4096 and sum(p.gather_counts) == p.total_tokens
+    # Off by default; only with the optimal partitioner.
+    assert not frameshard.plan([[1, 64, 64]], cp_size=4).split
+    with pytest.raises(frameshard.FrameshardError, match="split_frames: expected false with partitioner"):
+        frameshard.FrameShardingConfig(split_frames=True, partitioner="lpt")
+
+
 def test_plan_bad_grid_raises_frameshard_error():
     with pytest.raises(frameshard.FrameshardError, match="divisible by spatial_merge_size"):
         frameshard.plan([[1, 3, 4]], cp_size=2)

@@ -1,13 +1,13 @@
 // File: tests/testing/tensors.h
 //
-// Small helpers of the LibTorch tests: tensor differences and the replicated
-// tower input of a grid (and, through torch_error.h, the text of a
-// c10::Error).
+// Small helpers of the LibTorch tests: tensor differences (and, through
+// torch_error.h, the text of a c10::Error); the replicated tower input of a
+// grid is frameshard::whole_frames_input (frameshard/tower.h).
 //
 // Usage:
 //   using frameshard::testing::max_abs_diff;
 //   EXPECT_LE(max_abs_diff(got, want), 1e-12);
-//   auto outs = tower->forward(frameshard::testing::full_input(pixels, grid));
+//   auto outs = tower->forward(frameshard::whole_frames_input(pixels, grid));
 //   std::string m = frameshard::testing::torch_error_of([&] { f(); });
 //   EXPECT_NE(m.find("expected rank in [0, 2)"), std::string::npos) << m;
 #pragma once
@@ -42,12 +42,6 @@ inline int64_t patch_rows(const std::vector<GridThw>& grid) {
     n += g.patches();
   }
   return n;
-}
-
-/// The whole grid as one tower input (the replicated path's).
-inline TowerInput full_input(
-    const at::Tensor& pixels, const std::vector<GridThw>& grid) {
-  return {pixels, grid_to_tensor(grid), frame_cu_seqlens(grid)};
 }
 
 }  // namespace testing

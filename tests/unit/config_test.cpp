@@ -46,6 +46,8 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(x.min_local_patch_rows, y.min_local_patch_rows);
   EXPECT_EQ(x.cost_alpha, y.cost_alpha);
   EXPECT_EQ(x.partitioner, y.partitioner);
+  EXPECT_EQ(x.split_frames, y.split_frames);
+  EXPECT_EQ(x.split_exchange_cost, y.split_exchange_cost);
   EXPECT_EQ(x.gather, y.gather);
   EXPECT_EQ(x.tower, y.tower);
   EXPECT_EQ(x.policy, y.policy);
@@ -264,8 +266,8 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
   expect_contains(
       msg,
       "(enabled, mesh_dims, min_tokens, min_frames, min_local_patch_rows, "
-      "cost_alpha, partitioner, gather, tower, policy, "
-      "gather_bandwidth_gbps)");
+      "cost_alpha, partitioner, gather, split_frames, split_exchange_cost, "
+      "tower, policy, gather_bandwidth_gbps)");
 
   msg = error_of(
       [] { parse_config("distributed:\n  multimodal:\n    audio: {}\n"); });
@@ -397,6 +399,8 @@ TEST(Config, ToYamlRoundTrips) {
   configs[1].frame_sharding.partitioner = "lpt";
   configs[1].frame_sharding.tower = "qwen2-vl";
   configs[1].frame_sharding.gather = "owner";
+  configs[3].frame_sharding.split_frames = true;
+  configs[3].frame_sharding.split_exchange_cost = 0;
   configs[2].frame_sharding.cost_alpha = "quadratic:1,2.5,0";
   configs[2].frame_sharding.partitioner = "count";
   configs[3].frame_sharding.cost_alpha = "automodel:qwen3.5";

@@ -9,6 +9,7 @@
 //   o.layout = frameshard::models::media_layout(model.config);
 //   o.cost = frameshard::flop_cost_model(
 //       frameshard::models::tower_dims(model.config));
+//   o.split.window_side = frameshard::models::split_window_side(model.config);
 #pragma once
 
 #include <frameshard/cost.h>
@@ -27,6 +28,10 @@ TowerDims tower_dims(const Qwen3VLVisionConfig& config);
 TowerDims tower_dims(const QwenVisionConfig& config);
 /// The planner's media layout (merge and temporal patch sizes).
 MediaLayout media_layout(const QwenVisionConfig& config);
+/// SplitOptions::window_side of a tower: window_size / patch_size for
+/// Qwen2.5-VL (its window layers then stay local on split frames), 0 for
+/// the full-attention families.
+int64_t split_window_side(const QwenVisionConfig& config);
 
 }  // namespace models
 }  // namespace frameshard

@@ -1,0 +1,196 @@
+// The collective exchange of split frames (runtime/piece_exchange.h): the
+// routing from the plan, the consensus record before the payload, one
+// all-to-all, and a tie that keeps the all-to-all in every rank's graph.
+#include "runtime/piece_exchange.h"
+
+#include <frameshard/runtime/route.h>
+
+#include "runtime/consensus.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+namespace frameshard {
+namespace internal {
+
+namespace {
+
+constexpr const char* kFn = "encode";
+
+// One piece of a split frame as the plan lays it out.
+struct Holder {
+  int64_t rank = 0;
+  int64_t rows = 0;
+  int64_t offset = 0;  // first local row of the piece on its rank
+};
+
+int64_t unit_of(const RankShard& rs, const FramePiece& p) {
+  return rs.units.at(static_cast<size_t>(p.frame));
+}
+
+// Every split unit's pieces, in rank order.
+std::map<int64_t, std::vector<Holder>> holders_of(const ShardPlan& plan) {
+  std::map<int64_t, std::vector<Holder>> out;
+  for (const RankShard& rs : plan.ranks) {
+    for (const FramePiece& p : rs.pieces) {
+      out[unit_of(rs, p)].push_back(Holder{
+          rs.rank, p.rows(), rs.cu_seqlens.at(static_cast<size_t>(p.frame))});
+    }
+  }
+  return out;
+}
+
+// Forward: x as it is. Backward: x's gradient, and zeros for `anchor`, so
+// that the collective that made `anchor` runs its backward on every rank,
+// also on one where nothing else uses its output.
+struct TieFunction : public torch::autograd::Function<TieFunction> {
+  static at::Tensor forward(
+      torch::autograd::AutogradContext* ctx,
+      const at::Tensor& x,
+      const at::Tensor& anchor) {
+    ctx->saved_data["anchor"] = anchor.sizes().vec();
+    ctx->saved_data["dtype"] = c10::IValue(anchor.scalar_type());
+    ctx->saved_data["device"] = c10::IValue(anchor.device());
+    return x;
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grads) {
+    const auto sizes = ctx->saved_data["anchor"].toIntVector();
+    const auto dtype = ctx->saved_data["dtype"].toScalarType();
+    const auto device = ctx->saved_data["device"].toDevice();
+    return {
+        grads[0],
+        at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device))};
+  }
+};
+
+}  // namespace
+
+PieceRoute piece_route(const ShardPlan& plan, int64_t rank) {
+  const auto world = static_cast<int64_t>(plan.ranks.size());
+  const auto holders = holders_of(plan);
+  PieceRoute route;
+  route.send_counts.assign(static_cast<size_t>(world), 0);
+  route.recv_counts.assign(static_cast<size_t>(world), 0);
+  route.sent_by_rank.assign(static_cast<size_t>(world), 0);
+  for (const auto& [unit, hs] : holders) {
+    for (const Holder& h : hs) {
+      route.sent_by_rank[static_cast<size_t>(h.rank)] +=
+          h.rows * static_cast<int64_t>(hs.size() - 1);
+    }
+  }
+  const RankShard& mine = plan.ranks.at(static_cast<size_t>(rank));
+  // The split units of this rank, ascending (its pieces are in local
+  // order, and a contiguous plan's local order is unit order).
+  std::vector<const std::vector<Holder>*> frames;
+  for (const FramePiece& p : mine.pieces) {
+    frames.push_back(&holders.at(unit_of(mine, p)));
+  }
+  auto find = [](const std::vector<Holder>& hs, int64_t r) {
+    return std::find_if(
+        hs.begin(), hs.end(), [r](const Holder& h) { return h.rank == r; });
+  };
+  // Send: to every other holder of each of its frames, rank by rank.
+  for (int64_t d = 0; d < world; ++d) {
+    for (const auto* hs : frames) {
+      if (d == rank || find(*hs, d) == hs->end()) {
+        continue;
+      }
+      const Holder& me = *find(*hs, rank);
+      for (int64_t r = 0; r < me.rows; ++r) {
+        route.send_rows.push_back(me.offset + r);
+      }
+      route.send_counts[static_cast<size_t>(d)] += me.rows;
+    }
+  }
+  // Receive: from every other holder, in the same (source, frame) order;
+  // then each frame's parts in rank order.
+  std::map<std::pair<int64_t, size_t>, int64_t> at_offset;
+  int64_t received = 0;
+  for (int64_t s = 0; s < world; ++s) {
+    for (size_t j = 0; j < frames.size(); ++j) {
+      const auto it = find(*frames[j], s);
+      if (s == rank || it == frames[j]->end()) {
+        continue;
+      }
+      at_offset[{s, j}] = received;
+      received += it->rows;
+      route.recv_counts[static_cast<size_t>(s)] += it->rows;
+    }
+  }
+  for (size_t j = 0; j < frames.size(); ++j) {
+    std::vector<PieceRoute::Part> parts;
+    for (const Holder& h : *frames[j]) {
+      parts.push_back(
+          h.rank == rank
+              ? PieceRoute::Part{-1, h.offset, h.rows}
+              : PieceRoute::Part{h.rank, at_offset[{h.rank, j}], h.rows});
+    }
+    route.parts.push_back(std::move(parts));
+  }
+  return route;
+}
+
+PieceExchange make_piece_exchange(
+    const ShardPlan& plan,
+    int64_t rank,
+    const ProcessGroupPtr& group,
+    c10::Device device,
+    std::chrono::milliseconds timeout,
+    std::shared_ptr<PieceExchangeState> state) {
+  auto route = std::make_shared<const PieceRoute>(piece_route(plan, rank));
+  const uint64_t fingerprint = plan.fingerprint;
+  return [route, fingerprint, rank, group, device, timeout, state](
+             const at::Tensor& rows) -> std::vector<at::Tensor> {
+    try {
+      ConsensusRecord mine;
+      mine.fingerprint = fingerprint;
+      mine.path = 0;
+      mine.rows = route->sent_by_rank[static_cast<size_t>(rank)];
+      mine.dtype = static_cast<int64_t>(rows.scalar_type());
+      mine.widths = {rows.size(1)};
+      mine.grad_mode = at::GradMode::is_enabled();
+      mine.requires_grad = mine.grad_mode && rows.requires_grad();
+      const auto records =
+          run_consensus(group, mine, route->sent_by_rank, device, timeout, kFn);
+      state->calls += 1;
+      at::Tensor send = rows.index_select(
+          0, at::tensor(route->send_rows, at::kLong).to(rows.device()));
+      const bool any_grad = std::any_of(
+          records.begin(), records.end(), [](const ConsensusRecord& r) {
+            return r.requires_grad;
+          });
+      if (any_grad && !send.requires_grad()) {
+        // Another rank runs the backward all-to-all, which needs every rank.
+        send = send.detach().requires_grad_();
+      }
+      GatherOptions gopts;
+      gopts.timeout = timeout;
+      const at::Tensor recv = all_to_all_rows(
+          send, route->send_counts, route->recv_counts, group, gopts);
+      std::vector<at::Tensor> out{TieFunction::apply(rows, recv)};
+      for (const auto& parts : route->parts) {
+        std::vector<at::Tensor> pieces;
+        for (const PieceRoute::Part& p : parts) {
+          pieces.push_back(
+              (p.source < 0 ? out[0] : recv).narrow(0, p.offset, p.rows));
+        }
+        out.push_back(at::cat(pieces, 0));
+      }
+      return out;
+    } catch (...) {
+      state->raised = true;
+      throw;
+    }
+  };
+}
+
+}  // namespace internal
+}  // namespace frameshard

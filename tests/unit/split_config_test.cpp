@@ -1,0 +1,124 @@
+// The frame_sharding.split_frames key: parse, validation, dotted override,
+// round trip and the plan options it sets.
+#include <frameshard/config.h>
+#include <frameshard/error.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "testing/expect_error.h"
+
+namespace frameshard {
+namespace {
+
+using testing::error_of;
+using testing::expect_contains;
+
+const std::string kFs = "distributed.multimodal.vision.frame_sharding";
+
+std::string fs_doc(const std::string& fields) {
+  return "distributed:\n"
+         "  cp_size: 8\n"
+         "  multimodal:\n"
+         "    vision:\n"
+         "      frame_sharding:\n" +
+         fields;
+}
+
+TEST(SplitFramesConfig, DefaultsToOffAndParsesBooleans) {
+  EXPECT_FALSE(Config{}.frame_sharding.split_frames);
+  EXPECT_FALSE(plan_options(Config{}).split.enabled);
+  const Config on = parse_config(fs_doc("        split_frames: true\n"));
+  EXPECT_TRUE(on.frame_sharding.split_frames);
+  EXPECT_TRUE(plan_options(on).split.enabled);
+  EXPECT_FALSE(parse_config(fs_doc("        split_frames: false\n"))
+                   .frame_sharding.split_frames);
+}
+
+TEST(SplitFramesConfig, RejectsNonBooleansNamingTheKey) {
+  const std::string msg =
+      error_of([] { parse_config(fs_doc("        split_frames: 1\n")); });
+  expect_contains(msg, kFs + ".split_frames: expected");
+  expect_contains(msg, "got 1");
+}
+
+TEST(SplitFramesConfig, RequiresTheOptimalPartitionerWhereverItIsSet) {
+  const std::string expected =
+      kFs +
+      ".split_frames: expected false with partitioner \"greedy\" (frames are "
+      "split by the optimal partitioner only), got true";
+  // In a file, in either order.
+  expect_contains(
+      error_of([] {
+        parse_config(fs_doc(
+            "        split_frames: true\n        partitioner: greedy\n"));
+      }),
+      expected);
+  expect_contains(
+      error_of([] {
+        parse_config(fs_doc(
+            "        partitioner: greedy\n        split_frames: true\n"));
+      }),
+      expected);
+  // By override, either way round; a failed override changes nothing.
+  Config c = parse_config(fs_doc("        partitioner: greedy\n"));
+  expect_contains(
+      error_of([&] { apply_override(c, kFs + ".split_frames", "true"); }),
+      expected);
+  EXPECT_FALSE(c.frame_sharding.split_frames);
+  apply_override(c, kFs + ".partitioner", "optimal");
+  apply_override(c, kFs + ".split_frames", "true");
+  EXPECT_TRUE(c.frame_sharding.split_frames);
+  expect_contains(
+      error_of([&] { apply_override(c, kFs + ".partitioner", "lpt"); }),
+      "with partitioner \"lpt\"");
+  EXPECT_EQ(c.frame_sharding.partitioner, "optimal");
+  c.frame_sharding.partitioner = "count";
+  EXPECT_THROW(validate(c), Error);
+}
+
+TEST(SplitFramesConfig, OverridesAndRoundTrips) {
+  Config c;
+  apply_override(c, kFs + ".split_frames", "true");
+  EXPECT_TRUE(c.frame_sharding.split_frames);
+  apply_override(c, kFs, "{split_frames: false}");
+  EXPECT_FALSE(c.frame_sharding.split_frames);
+  c.frame_sharding.split_frames = true;
+  const std::string text = to_yaml(c);
+  expect_contains(text, "gather: all\n");
+  expect_contains(text, "split_frames: true\n");
+  EXPECT_LT(text.find("gather:"), text.find("split_frames:"));
+  EXPECT_LT(text.find("split_frames:"), text.find("tower:"));
+  EXPECT_TRUE(parse_config(text).frame_sharding.split_frames);
+  EXPECT_EQ(to_yaml(parse_config(text)), text);
+}
+
+TEST(SplitFramesConfig, ExchangeCostIsANonNegativeIntegerWithALimit) {
+  EXPECT_EQ(plan_options(Config{}).split.exchange_row_cost, 1000.0);
+  Config c;
+  apply_override(c, kFs + ".split_exchange_cost", "0");
+  EXPECT_EQ(plan_options(c).split.exchange_row_cost, 0.0);
+  expect_contains(
+      error_of([&] { apply_override(c, kFs + ".split_exchange_cost", "-1"); }),
+      kFs + ".split_exchange_cost: expected");
+  expect_contains(
+      error_of([] {
+        parse_config(fs_doc("        split_exchange_cost: 2199023255553\n"));
+      }),
+      "got 2199023255553");
+  EXPECT_EQ(c.frame_sharding.split_exchange_cost, 0);
+}
+
+TEST(SplitFramesConfig, WindowTowersCutOnWindowRows) {
+  Config c;
+  c.frame_sharding.split_frames = true;
+  EXPECT_EQ(plan_options(c).split.window_side, 0);  // qwen3-vl: full attention
+  c.frame_sharding.tower = "qwen2.5-vl";
+  EXPECT_EQ(plan_options(c).split.window_side, 8);  // 112 px / 14 px
+  c.frame_sharding.tower = "qwen2-vl";
+  EXPECT_EQ(plan_options(c).split.window_side, 0);
+}
+
+}  // namespace
+}  // namespace frameshard
