@@ -14,6 +14,9 @@
 // no contention), the gather is bytes / bandwidth (the slowest receiving
 // rank's unpadded bytes), and nothing else of a training step is included.
 //
+// The tower and the timing are tools/tower_timing.h's, shared with
+// `frameshard calibrate`.
+//
 // Usage: frameshard_scale_sim [--family qwen3-vl] [--width 256] [--depth 2]
 //          [--preset mixed ...] [--scale 0] [--max-patches 8192]
 //          [--cp 2 --cp 4 ...] [--bandwidth-gbps 25] [--repeats 1]
@@ -23,6 +26,7 @@
 #include <frameshard/plan.h>
 #include <frameshard/runtime/encode.h>
 
+#include "tower_timing.h"
 #include "verify_workload.h"
 
 #include <ATen/Parallel.h>
@@ -30,7 +34,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -51,46 +54,6 @@ struct Args {
   int repeats = 1;
 };
 
-models::QwenVisionConfig tower_config(const Args& a) {
-  if (a.family == "qwen2-vl") {
-    models::Qwen2VLVisionConfig c;
-    c.depth = a.depth;
-    c.embed_dim = a.width;
-    c.hidden_size = a.width;
-    c.num_heads = std::max<int64_t>(1, a.width / 64);
-    return c;
-  }
-  models::Qwen3VLVisionConfig c;
-  c.depth = a.depth;
-  c.hidden_size = a.width;
-  c.intermediate_size = 4 * a.width;
-  c.num_heads = std::max<int64_t>(1, a.width / 64);
-  c.out_hidden_size = a.width;
-  c.deepstack_visual_indexes = {0};
-  return c;
-}
-
-// Median seconds of forward + backward of `in` (each output summed).
-double time_tower(
-    const models::QwenVisionModel& m, const TowerInput& in, int repeats) {
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
-    m.module->zero_grad();
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<at::Tensor> outs = m.tower(in);
-    at::Tensor loss = at::zeros({}, outs[0].options());
-    for (const auto& o : outs) {
-      loss = loss + o.sum();
-    }
-    loss.backward();
-    t.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 void simulate_preset(
     const Args& a,
     const std::string& preset,
@@ -102,11 +65,10 @@ void simulate_preset(
   const cli::ResolvedWorkload wl = cli::resolve_workload(req);
   const MediaLayout layout = models::media_layout(m.config);
   const FrameSet frames = expand_frames(wl.workload.grid, layout);
-  const at::Tensor pixels =
-      at::randn({frames.total_patch_rows, m.config.in_features()});
+  const at::Tensor pixels = cli::random_pixels(m, wl.workload.grid);
   const TowerInput all = whole_frames_input(pixels, wl.workload.grid);
-  time_tower(m, all, 1);  // warm-up
-  const double t_rep = time_tower(m, all, a.repeats);
+  cli::time_tower(m, all, {1, false});  // warm-up
+  const double t_rep = cli::time_tower(m, all, {a.repeats, false});
   const int64_t row_bytes =
       4 * m.config.out_hidden_size() *
       static_cast<int64_t>(m.config.output_names().size());
@@ -136,11 +98,11 @@ void simulate_preset(
       const ShardPlan plan = make_plan(wl.workload.grid, o);
       double slowest = 0.0, sum = 0.0;
       int64_t received = 0;
+      const std::vector<double> times =
+          cli::time_rank_shares(m, plan, pixels, {a.repeats, false});
       for (int64_t r = 0; r < cp; ++r) {
-        const double t =
-            time_tower(m, local_tower_input(plan, r, pixels), a.repeats);
-        slowest = std::max(slowest, t);
-        sum += t;
+        slowest = std::max(slowest, times[r]);
+        sum += times[r];
         received =
             std::max(received, frames.total_tokens - plan.gather_counts[r]);
       }
@@ -166,7 +128,7 @@ int main(int argc, char** argv) {
       "Scale simulation: each CP rank's share of the vision work, "
       "timed one rank after another"};
   app.add_option("--family", a.family)
-      ->check(CLI::IsMember({"qwen2-vl", "qwen3-vl"}))
+      ->check(CLI::IsMember(cli::timing_tower_families()))
       ->capture_default_str();
   app.add_option("--width", a.width)
       ->check(CLI::PositiveNumber)
@@ -194,7 +156,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
   torch::manual_seed(0);
-  const models::QwenVisionModel m = models::make_qwen_vision(tower_config(a));
+  const models::QwenVisionModel m =
+      cli::make_timing_tower({a.family, a.width, a.depth, ""});
   std::printf(
       "scale simulation: %s width %lld depth %lld, 1 thread per "
       "rank, gather at %.0f GB/s; speedup = replicated / (slowest "

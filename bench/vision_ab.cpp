@@ -13,6 +13,8 @@
 //
 // Usage:
 //   frameshard_vision_ab [--family qwen2-vl|qwen2.5-vl|qwen3-vl] [--depth 4]
+//       [--width 0] (0: the released width; else tools/tower_timing.h's
+//       small tower of that width)
 //       [--preset mixed|doc|video|multi] [--seed 0] [--scale 0]
 //       [--workload FILE.json] [--split-frames]
 //       [--world 2] [--device cpu|cuda] [--dtype float32|bfloat16]
@@ -28,6 +30,7 @@
 
 #include "bench_options.h"
 #include "testing/run_ranks.h"
+#include "tower_timing.h"
 #include "verify_workload.h"
 
 #include <ATen/Parallel.h>
@@ -54,6 +57,7 @@ namespace {
 struct Args {
   std::string family = "qwen2-vl";
   int64_t depth = 4;
+  int64_t width = 0;  // 0: the released width
   cli::WorkloadRequest workload;
   int world = 2;
   std::string device = "cpu";
@@ -69,6 +73,8 @@ Args parse(int argc, char** argv) {
   app.add_option("--family", a.family)
       ->check(CLI::IsMember({"qwen2-vl", "qwen2.5-vl", "qwen3-vl"}));
   app.add_option("--depth", a.depth)->check(CLI::PositiveNumber);
+  app.add_option("--width", a.width, "Tower width (0: the released one)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--preset", a.workload.preset);
   app.add_option("--workload", a.workload.file, "JSON workload (grid_thw)");
   app.add_flag(
@@ -270,7 +276,9 @@ nlohmann::json arm_json(const Arm& a) {
 
 int run(const Args& a) {
   const cli::ResolvedWorkload wl = cli::resolve_workload(a.workload);
-  const models::QwenVisionConfig cfg = tower_config(a.family, a.depth);
+  const models::QwenVisionConfig cfg =
+      a.width > 0 ? cli::small_tower_config(a.family, a.width, a.depth)
+                  : tower_config(a.family, a.depth);
   const at::ScalarType dtype =
       a.timing.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   if (a.device == "cpu") {
@@ -337,9 +345,10 @@ int run(const Args& a) {
                          static_cast<double>(cfg.out_hidden_size()) *
                          static_cast<double>(at::elementSize(dtype));
   std::printf(
-      "vision A/B: %s, depth %lld, %s on %s, world %d, %s: %lld patch rows, "
-      "%lld tokens\n",
+      "vision A/B: %s, width %lld, depth %lld, %s on %s, world %d, %s: %lld "
+      "patch rows, %lld tokens\n",
       a.family.c_str(),
+      static_cast<long long>(models::tower_dims(cfg).hidden),
       static_cast<long long>(a.depth),
       a.timing.dtype.c_str(),
       a.device.c_str(),
@@ -376,6 +385,7 @@ int run(const Args& a) {
   nlohmann::json j = {
       {"family", a.family},
       {"depth", a.depth},
+      {"width", models::tower_dims(cfg).hidden},
       {"dtype", a.timing.dtype},
       {"device", a.device},
       {"world", a.world},

@@ -17,6 +17,10 @@ void register_verify_command(CLI::App& app);
 void register_encode_command(CLI::App& app);
 /// `frameshard train` and `frameshard ab`: CP training of a small VLM.
 void register_train_commands(CLI::App& app);
+/// `frameshard analyze`: what sharding would do on a dataset manifest.
+void register_analyze_command(CLI::App& app);
+/// `frameshard calibrate`: fit the cost model to the timed tower.
+void register_calibrate_command(CLI::App& app);
 
 }  // namespace cli
 }  // namespace frameshard

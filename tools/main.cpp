@@ -15,10 +15,12 @@ int main(int argc, char** argv) {
       "frameshard: shard vision-tower frames across context-parallel ranks"};
   app.require_subcommand(1);
   frameshard::cli::register_plan_command(app);
+  frameshard::cli::register_analyze_command(app);
 #ifdef FRAMESHARD_HAVE_RUNTIME
   frameshard::cli::register_verify_command(app);
   frameshard::cli::register_encode_command(app);
   frameshard::cli::register_train_commands(app);
+  frameshard::cli::register_calibrate_command(app);
 #endif
   try {
     app.parse(argc, argv);

@@ -30,7 +30,15 @@
 //                                 # receives (SplitOptions::
 //                                 # exchange_row_cost), 0 to 2^40
 //           tower: qwen3-vl       # * tower whose FLOPs "auto" counts
+//           policy: threshold     # * threshold: min_tokens/min_frames;
+//                                 # auto: shard when the predicted vision
+//                                 # saving exceeds the gather time
+//                                 # (frameshard/policy.h)
+//           gather_bandwidth_gbps: 25  # * auto: GB/s into a rank (> 0)
 //
+// cost_alpha may also be the path of a `frameshard calibrate` file
+// (relative to the working directory; frameshard/calibrate.h), whose
+// coefficients are seconds: the auto policy then weighs measured time.
 // Every error names the full key path, what was expected and what was given:
 //   frameshard::config:
 //   distributed.multimodal.vision.frame_sharding.min_tokens: expected a
@@ -72,6 +80,8 @@ struct FrameShardingConfig {
   bool split_frames = false;
   int64_t split_exchange_cost = 1000;
   std::string tower = "qwen3-vl";
+  std::string policy = "threshold";
+  double gather_bandwidth_gbps = kDefaultGatherBandwidthGbps;
 };
 
 /// Largest frame_sharding.split_exchange_cost.

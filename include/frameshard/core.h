@@ -11,10 +11,14 @@
 //   frameshard::ShardPlan plan = frameshard::make_plan(grid, o);
 #pragma once
 
+#include <frameshard/analyze.h>
+#include <frameshard/calibrate.h>
 #include <frameshard/config.h>
 #include <frameshard/cost.h>
 #include <frameshard/error.h>
 #include <frameshard/frames.h>
+#include <frameshard/media_manifest.h>
+#include <frameshard/media_resize.h>
 #include <frameshard/owner_route.h>
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>

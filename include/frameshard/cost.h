@@ -20,7 +20,18 @@
 // every preset). Qwen3-VL (d 1152, f 4304, plain): alpha = 6608.
 // NeMo Automodel uses alpha = 3 * d (3456 for Qwen3-VL), which undercounts
 // the linear work about 1.9x; it stays available as "automodel" for A/B.
-// A calibrated a*p^2 + b*p + c fitted from timings is accepted too.
+// A calibrated a*p^2 + b*p + c fitted from timings is accepted too, written
+// inline ("quadratic:a,b,c") or as the path of a `frameshard calibrate`
+// file (frameshard/calibrate.h); its units are seconds.
+//
+// Seconds per cost unit (what the `auto` policy compares with the gather,
+// frameshard/policy.h): 1 for calibrated and quadratic models (seconds by
+// construction). For a FLOP model one unit is 2*d*L_full multiply-adds
+// forward, 12*d*L_full FLOPs forward + backward, at an assumed sustained
+// kAssumedTowerFlops = 100 TFLOP/s (an H100-class GPU in bf16 at about a
+// third of its peak): a documented guess; calibrate to replace it. A bare
+// alpha or "automodel" has no dimensions: 0 (unknown; the config then
+// takes the units of its tower's FLOP model).
 //
 // Usage:
 //   auto cm = frameshard::parse_cost_alpha("auto");        // Qwen3-VL FLOPs
@@ -68,6 +79,7 @@ struct CostModel {
   double window_coef = 0.0;
   int64_t window = 0;
   std::string label = "alpha=0";  // how it was chosen, for reports
+  double seconds_per_unit = 0.0;  // 0: unknown (see the banner)
 
   double operator()(int64_t patch_rows) const;
   /// b + window_coef * window: the alpha of large frames (p >= window).
@@ -75,9 +87,12 @@ struct CostModel {
 
   /// p * (p + alpha).
   static CostModel from_alpha(double alpha);
-  /// A calibrated quadratic, e.g. fitted from timed warmup steps.
+  /// A calibrated quadratic in seconds (seconds_per_unit = 1).
   static CostModel quadratic(double a, double b, double c);
 };
+
+/// Sustained FLOP/s assumed to turn FLOP-model units into seconds.
+constexpr double kAssumedTowerFlops = 100e12;
 
 /// FLOP-derived model of a tower (formula in the banner).
 CostModel flop_cost_model(const TowerDims& tower);
@@ -91,7 +106,14 @@ CostModel automodel_cost_model(const TowerDims& tower);
 ///   "automodel"          3 * hidden of `auto_tower`
 ///   "automodel:<preset>" 3 * hidden of that preset
 ///   "quadratic:a,b,c"    a calibrated a*p^2 + b*p + c (a, b, c >= 0)
+///   "<path>"             a `frameshard calibrate` file (see
+///                        is_calibration_path; e.g. "cal.txt")
 /// Throws frameshard::Error naming `field` for anything else.
+/// True when parse_cost_alpha reads `spec` as a calibration file's path:
+/// it contains '/', or a '.' and no ':' and is not a number ("cal.txt",
+/// not "1.5"); presets are matched first.
+bool is_calibration_path(const std::string& spec);
+
 CostModel parse_cost_alpha(
     const std::string& spec,
     const std::string& auto_tower = "qwen3-vl",

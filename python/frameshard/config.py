@@ -2,7 +2,8 @@
 
 The fields, defaults and error messages are those of the YAML key
 `distributed.multimodal.vision.frame_sharding` (NeMo Automodel's schema plus frameshard's own
-`partitioner`, `gather`, `split_frames` and `tower`): every field is applied to the defaults as a dotted override by the
+`partitioner`, `gather`, `split_frames`, `tower`, `policy` and `gather_bandwidth_gbps`): every field
+is applied to the defaults as a dotted override by the
 C++ config code, so a bad value raises exactly the message a YAML file would, e.g.
 
     frameshard::config: distributed.multimodal.vision.frame_sharding.min_tokens:
@@ -53,7 +54,8 @@ class FrameShardingConfig:
         min_local_patch_rows: pad each rank's frames to at least this many patch rows with
             zero frames (dropped before the gather); 0 turns it off.
         cost_alpha: the per-frame cost model: "auto", a number >= 0, a tower preset,
-            "automodel", "automodel:<preset>" or "quadratic:a,b,c".
+            "automodel", "automodel:<preset>", "quadratic:a,b,c" or the path of a
+            `frameshard calibrate` file.
         partitioner: "optimal" (exact contiguous), "greedy", "count" or "lpt".
         gather: "all" (every rank receives every visual row) or "owner" (each row goes only to
             the rank whose sequence shard uses it; shard_vision then needs token_owner).
@@ -62,6 +64,9 @@ class FrameShardingConfig:
             is not given the pieces).
         split_exchange_cost: cost units per key/value row a piece receives (integer >= 0).
         tower: the tower whose FLOPs "auto" counts (e.g. "qwen3-vl").
+        policy: "threshold" (min_tokens / min_frames) or "auto" (shard when the predicted
+            vision saving exceeds the predicted gather time).
+        gather_bandwidth_gbps: the auto policy's gather bandwidth into a rank, GB/s (> 0).
 
     Construction validates every field (FrameshardError with the YAML message).
     """
@@ -77,6 +82,8 @@ class FrameShardingConfig:
     split_frames: bool = False
     split_exchange_cost: int = 1000
     tower: str = "qwen3-vl"
+    policy: str = "threshold"
+    gather_bandwidth_gbps: float = 25.0
 
     def __post_init__(self) -> None:
         _C.make_config(self.overrides(), 1)

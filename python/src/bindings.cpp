@@ -88,6 +88,8 @@ py::dict fields_dict(const FrameShardingConfig& fs) {
   d["split_frames"] = fs.split_frames;
   d["split_exchange_cost"] = fs.split_exchange_cost;
   d["tower"] = fs.tower;
+  d["policy"] = fs.policy;
+  d["gather_bandwidth_gbps"] = fs.gather_bandwidth_gbps;
   return d;
 }
 

@@ -66,6 +66,34 @@ std::vector<Rule> build_rules() {
     };
     rules.push_back(std::move(r));
   };
+  // A string that is one of two words ("all or owner").
+  auto add_choice =
+      [&rules](
+          std::string path, const char* first, const char* second, auto field) {
+        const std::string expected = std::string(first) + " or " + second;
+        auto ok = [first, second](const std::string& v) {
+          return v == first || v == second;
+        };
+        Rule r;
+        r.path = std::move(path);
+        r.read = [expected, ok, field](
+                     const YAML::Node& n,
+                     const std::string& p,
+                     Config& c,
+                     const Source& s) {
+          const std::string v = read_string(n, expected, p, s);
+          if (!ok(v)) {
+            config_error(p, expected, render(n), s.at(n));
+          }
+          field(c) = v;
+        };
+        r.check = [expected, ok, field](const Config& c, const std::string& p) {
+          if (!ok(field(c))) {
+            config_error(p, expected, quote(field(c)));
+          }
+        };
+        rules.push_back(std::move(r));
+      };
   add_int(
       "distributed.cp_size",
       1,
@@ -135,24 +163,10 @@ std::vector<Rule> build_rules() {
         const auto& v = c.frame_sharding.partitioner;
         check_partitioner(v, v, p);
       }});
-  rules.push_back(Rule{
-      fs_key("gather"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) {
-        const std::string v = read_string(n, "all or owner", p, s);
-        if (v != "all" && v != "owner") {
-          config_error(p, "all or owner", render(n), s.at(n));
-        }
-        c.frame_sharding.gather = v;
-      },
-      [](const Config& c, const std::string& p) {
-        const auto& v = c.frame_sharding.gather;
-        if (v != "all" && v != "owner") {
-          config_error(p, "all or owner", quote(v));
-        }
-      }});
+  add_choice(
+      fs_key("gather"), "all", "owner", [](auto& c) -> auto& {
+        return c.frame_sharding.gather;
+      });
   rules.push_back(Rule{
       fs_key("split_frames"),
       [](const YAML::Node& n,
@@ -192,6 +206,21 @@ std::vector<Rule> build_rules() {
       [](const Config& c, const std::string& p) {
         const auto& v = c.frame_sharding.tower;
         check_tower(v, v, p);
+      }});
+  add_choice(
+      fs_key("policy"), "threshold", "auto", [](auto& c) -> auto& {
+        return c.frame_sharding.policy;
+      });
+  rules.push_back(Rule{
+      fs_key("gather_bandwidth_gbps"),
+      [](const YAML::Node& n,
+         const std::string& p,
+         Config& c,
+         const Source& s) {
+        c.frame_sharding.gather_bandwidth_gbps = read_positive_number(n, p, s);
+      },
+      [](const Config& c, const std::string& p) {
+        check_positive_number(c.frame_sharding.gather_bandwidth_gbps, p);
       }});
   return rules;
 }
@@ -470,6 +499,9 @@ std::string to_yaml(const Config& config) {
   out << YAML::Key << "split_exchange_cost" << YAML::Value
       << fs.split_exchange_cost;
   out << YAML::Key << "tower" << YAML::Value << fs.tower;
+  out << YAML::Key << "policy" << YAML::Value << fs.policy;
+  out << YAML::Key << "gather_bandwidth_gbps" << YAML::Value
+      << YAML::Precision(17) << fs.gather_bandwidth_gbps;
   out << YAML::EndMap << YAML::EndMap << YAML::EndMap;
   out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
@@ -496,6 +528,13 @@ PlanOptions plan_options(const Config& config) {
     ++side;
   }
   o.split.window_side = side;
+  o.policy.kind = parse_policy_kind(fs.policy, "policy");
+  o.policy.gather_bandwidth_gbps = fs.gather_bandwidth_gbps;
+  if (o.cost.seconds_per_unit <= 0.0) {
+    // A bare alpha or automodel: the units of the tower's FLOP model.
+    o.cost.seconds_per_unit =
+        flop_cost_model(tower_preset(fs.tower)).seconds_per_unit;
+  }
   return o;
 }
 

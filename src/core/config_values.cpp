@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -339,7 +340,8 @@ void check_tower(
 std::string cost_alpha_expectation() {
   return "a non-negative integer, auto, a tower preset (" +
          join(tower_preset_names()) +
-         "), automodel, automodel:<preset> or quadratic:a,b,c";
+         "), automodel, automodel:<preset>, quadratic:a,b,c or the path of "
+         "a frameshard calibrate file";
 }
 
 // The spellings parse_cost_alpha understands, matched exactly here so the
@@ -361,6 +363,15 @@ void check_cost_alpha(
     ok = is_tower(spec.substr(10));
   } else if (spec.rfind("quadratic:", 0) == 0) {
     ok = true;
+  } else if (is_calibration_path(spec)) {
+    // The file's own error says what it holds; keep it whole.
+    try {
+      parse_cost_alpha(spec, "qwen3-vl", "cost_alpha");
+      return;
+    } catch (const Error& e) {
+      config_error(
+          path, cost_alpha_expectation(), got + " (" + e.what() + ")", where);
+    }
   }
   if (ok) {
     try {
@@ -405,6 +416,32 @@ std::string read_cost_alpha(
   }
   check_cost_alpha(text, tower, render(n), path, s.at(n));
   return text;
+}
+
+double read_positive_number(
+    const YAML::Node& n, const std::string& path, const Source& s) {
+  const char* expected = "a number > 0";
+  if (!n.IsScalar() || !is_plain_scalar(n)) {
+    config_error(path, expected, render(n), s.at(n));
+  }
+  const std::string text = n.Scalar();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0 ||
+      !(v > 0.0) || !std::isfinite(v)) {
+    config_error(path, expected, render(n), s.at(n));
+  }
+  return v;
+}
+
+void check_positive_number(
+    double v, const std::string& path, const std::string& where) {
+  if (!(v > 0.0) || !std::isfinite(v)) {
+    std::ostringstream got;
+    got << v;
+    config_error(path, "a number > 0", got.str(), where);
+  }
 }
 
 std::vector<std::string> read_mesh_dims(

@@ -124,6 +124,13 @@ std::string read_cost_alpha(
     const std::string& path,
     const Source& s);
 
+// A plain (unquoted) finite number > 0, e.g. 25 or 12.5.
+double read_positive_number(
+    const YAML::Node& n, const std::string& path, const Source& s);
+
+void check_positive_number(
+    double v, const std::string& path, const std::string& where = "");
+
 std::vector<std::string> read_mesh_dims(
     const YAML::Node& n, const std::string& path, const Source& s);
 

@@ -1,3 +1,4 @@
+#include <frameshard/calibrate.h>
 #include <frameshard/cost.h>
 #include <frameshard/error.h>
 
@@ -113,14 +114,29 @@ bool parse_nonneg_double(const std::string& s, double& out) {
          out >= 0.0;
 }
 
+}  // namespace
+
+bool is_calibration_path(const std::string& spec) {
+  if (spec.find('/') != std::string::npos) {
+    return true;
+  }
+  // "cal.txt" is a file; "1.5" is a (rejected) fractional alpha.
+  double number = 0.0;
+  return spec.find('.') != std::string::npos &&
+         spec.find(':') == std::string::npos &&
+         !parse_nonneg_double(spec, number) && spec[0] != '-';
+}
+
+namespace {
+
 [[noreturn]] void bad_spec(const char* field, const std::string& spec) {
   detail::fail(
       "parse_cost_alpha",
       field,
       ": expected a non-negative integer, \"auto\", a tower preset (",
       preset_list(),
-      "), \"automodel\", \"automodel:<preset>\" or \"quadratic:a,b,c\" "
-      "(a, b, c >= 0), got \"",
+      "), \"automodel\", \"automodel:<preset>\", \"quadratic:a,b,c\" "
+      "(a, b, c >= 0) or a calibration file's path, got \"",
       spec,
       "\"");
 }
@@ -198,6 +214,7 @@ CostModel CostModel::quadratic(double a, double b, double c) {
   m.b = b;
   m.c = c;
   m.label = "quadratic a=" + fmt(a) + ",b=" + fmt(b) + ",c=" + fmt(c);
+  m.seconds_per_unit = 1.0;
   return m;
 }
 
@@ -257,6 +274,7 @@ CostModel flop_cost_model(const TowerDims& tower) {
   CostModel m;
   m.a = 1.0;
   m.b = static_cast<double>(tower.depth) * per_layer / full;
+  m.seconds_per_unit = 12.0 * d * full / kAssumedTowerFlops;
   m.c = 0.0;
   if (tower.window_patches > 0 && tower.window_layers() > 0) {
     m.window_coef = static_cast<double>(tower.window_layers()) / full;
@@ -345,6 +363,9 @@ CostModel parse_cost_alpha(
   int64_t alpha = 0;
   if (parse_nonneg_int(spec, alpha)) {
     return CostModel::from_alpha(static_cast<double>(alpha));
+  }
+  if (is_calibration_path(spec)) {
+    return read_calibration(spec, field);
   }
   bad_spec(field, spec);
 }

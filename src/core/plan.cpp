@@ -334,11 +334,13 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
     }
   }
 
-  const PolicyDecision decision =
-      decide_policy(opts.policy, world, n, frames.total_tokens);
+  plan.partition = partition_costs(plan.unit_costs, world, opts.partitioner);
+  const PolicyDecision decision = decide_policy(
+      opts.policy, opts.cost, frames, plan.unit_costs, plan.partition);
   plan.path = decision.shard ? PlanPath::kSharded : PlanPath::kReplicated;
   plan.reason = decision.reason;
-  plan.partition = partition_costs(plan.unit_costs, world, opts.partitioner);
+  // The auto policy weighs the whole-frame partition (a split plan only
+  // lowers the slowest rank further).
   if (opts.partitioner == Partitioner::kOptimal) {
     plan.unsplit_max_cost = plan.partition.max_cost();
   }

@@ -1,9 +1,95 @@
 #include <frameshard/error.h>
 #include <frameshard/policy.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace frameshard {
+
+namespace {
+
+std::string ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g ms", seconds * 1e3);
+  return buf;
+}
+
+}  // namespace
+
+std::string to_string(PolicyKind kind) {
+  return kind == PolicyKind::kAuto ? "auto" : "threshold";
+}
+
+PolicyKind parse_policy_kind(const std::string& name, const char* field) {
+  if (name == "threshold") {
+    return PolicyKind::kThreshold;
+  }
+  if (name == "auto") {
+    return PolicyKind::kAuto;
+  }
+  detail::fail(
+      "parse_policy_kind",
+      field,
+      ": expected threshold or auto, got \"",
+      detail::excerpt(name),
+      "\"");
+}
+
+PolicyEstimate estimate_policy(
+    const PolicyOptions& options,
+    const CostModel& cost,
+    const FrameSet& frames,
+    const std::vector<double>& unit_costs,
+    const Partition& partition) {
+  const char* fn = "estimate_policy";
+  FRAMESHARD_CHECK(
+      cost.seconds_per_unit > 0.0,
+      fn,
+      "expected a cost model with seconds_per_unit > 0 (calibrated or FLOP), "
+      "got ",
+      cost.seconds_per_unit,
+      " for ",
+      cost.label);
+  FRAMESHARD_CHECK(
+      std::isfinite(options.gather_bandwidth_gbps) &&
+          options.gather_bandwidth_gbps > 0.0,
+      fn,
+      "expected gather_bandwidth_gbps > 0, got ",
+      options.gather_bandwidth_gbps);
+  FRAMESHARD_CHECK(
+      options.gather_row_bytes > 0,
+      fn,
+      "expected gather_row_bytes > 0, got ",
+      options.gather_row_bytes);
+  FRAMESHARD_CHECK(
+      unit_costs.size() == frames.units.size() &&
+          partition.assignment.size() == frames.units.size(),
+      fn,
+      "expected one cost and one rank per frame unit (",
+      frames.units.size(),
+      "), got ",
+      unit_costs.size(),
+      " costs and ",
+      partition.assignment.size(),
+      " ranks");
+  std::vector<int64_t> tokens(static_cast<size_t>(partition.world), 0);
+  double total = 0.0;
+  for (std::size_t i = 0; i < frames.units.size(); ++i) {
+    tokens[static_cast<size_t>(partition.assignment[i])] +=
+        frames.units[i].tokens;
+    total += unit_costs[i];
+  }
+  const int64_t own = *std::min_element(tokens.begin(), tokens.end());
+  PolicyEstimate e;
+  e.replicated_seconds = total * cost.seconds_per_unit;
+  e.slowest_seconds = partition.max_cost() * cost.seconds_per_unit;
+  e.gather_seconds = static_cast<double>(frames.total_tokens - own) *
+                     static_cast<double>(options.gather_row_bytes) /
+                     (options.gather_bandwidth_gbps * 1e9);
+  return e;
+}
 
 PolicyDecision decide_policy(
     const PolicyOptions& options,
@@ -53,6 +139,30 @@ PolicyDecision decide_policy(
       "tokens " + to_string(tokens) + " < min_tokens " +
           to_string(options.min_tokens) + " and units " + to_string(units) +
           " < min_frames " + to_string(options.min_frames)};
+}
+
+}  // namespace frameshard
+
+namespace frameshard {
+
+PolicyDecision decide_policy(
+    const PolicyOptions& options,
+    const CostModel& cost,
+    const FrameSet& frames,
+    const std::vector<double>& unit_costs,
+    const Partition& partition) {
+  const int64_t units = static_cast<int64_t>(frames.units.size());
+  if (options.kind == PolicyKind::kThreshold || !options.enabled ||
+      partition.world <= 1 || units == 0) {
+    return decide_policy(options, partition.world, units, frames.total_tokens);
+  }
+  const PolicyEstimate e =
+      estimate_policy(options, cost, frames, unit_costs, partition);
+  const double saving = e.saving_seconds();
+  if (saving > e.gather_seconds) {
+    return {true, "saving " + ms(saving) + " > gather " + ms(e.gather_seconds)};
+  }
+  return {false, "saving " + ms(saving) + " <= gather " + ms(e.gather_seconds)};
 }
 
 }  // namespace frameshard

@@ -6,6 +6,7 @@
 #include <frameshard/error.h>
 
 #include "core/json_text.h"
+#include "core/jsonl_lines.h"
 
 #include <nlohmann/json.hpp>
 
@@ -18,37 +19,13 @@ namespace frameshard {
 namespace train {
 namespace {
 
-// As in workload files: entries up to 2^20 keep t*h*w and its sums in int64.
-constexpr int64_t kMaxEntry = int64_t{1} << 20;
+using json_detail::line_error;
+using json_detail::LineRef;
 
-// Where a line is ("shapes.jsonl:3" or "line 3") and which function reads it.
-struct LineRef {
-  const char* fn;
-  std::string where;
-};
-
-[[noreturn]] void line_error(
-    const LineRef& at,
-    const std::string& field,
-    const std::string& expected,
-    const std::string& got) {
-  detail::fail(
-      at.fn,
-      at.where,
-      ": ",
-      field.empty() ? "" : field + ": ",
-      "expected ",
-      expected,
-      ", got ",
-      got);
-}
+constexpr int64_t kMaxEntry = json_detail::kMaxManifestEntry;
 
 bool small_non_negative(const nlohmann::json& v) {
-  if (v.is_number_unsigned()) {
-    return v.get<uint64_t>() <= static_cast<uint64_t>(kMaxEntry);
-  }
-  return v.is_number_integer() && v.get<int64_t>() >= 0 &&
-         v.get<int64_t>() <= kMaxEntry;
+  return json_detail::is_manifest_count(v);
 }
 
 // The value as written, with ", " between list items: [1, 27, 28].
@@ -134,21 +111,7 @@ std::vector<int64_t> read_text_runs(
 }
 
 ManifestSample read_sample(
-    const std::string& line, const MediaLayout& layout, const LineRef& at) {
-  nlohmann::json doc;
-  std::string problem;
-  if (!json_detail::parse_json_strict(line, doc, problem)) {
-    line_error(
-        at, "", "a JSON object per line", "invalid JSON (" + problem + ")");
-  }
-  if (!doc.is_object()) {
-    line_error(
-        at,
-        "",
-        "a JSON object per line ({\"grid_thw\": [[t, h, w], ...], "
-        "\"text_tokens\": n})",
-        json_detail::json_excerpt(doc));
-  }
+    const nlohmann::json& doc, const MediaLayout& layout, const LineRef& at) {
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (it.key() != "grid_thw" && it.key() != "text_tokens") {
       line_error(
@@ -180,18 +143,14 @@ std::vector<ManifestSample> parse_lines(
       "expected a positive spatial_merge_size, got ",
       layout.spatial_merge_size);
   std::vector<ManifestSample> samples;
-  std::istringstream in(jsonl);
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) {
-      continue;  // blank lines separate nothing, they are just skipped
-    }
-    const LineRef at{
-        fn,
-        source.empty() ? "line " + std::to_string(number)
-                       : source + ":" + std::to_string(number)};
-    samples.push_back(read_sample(line, layout, at));
-  }
+  json_detail::for_each_jsonl_line(
+      fn,
+      jsonl,
+      source,
+      [&](const nlohmann::json& doc, const LineRef& at) {
+        samples.push_back(read_sample(doc, layout, at));
+      },
+      " ({\"grid_thw\": [[t, h, w], ...], \"text_tokens\": n})");
   if (samples.empty()) {
     detail::fail(
         fn,

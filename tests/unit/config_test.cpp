@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "testing/expect_error.h"
 
@@ -48,6 +50,8 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(x.split_exchange_cost, y.split_exchange_cost);
   EXPECT_EQ(x.gather, y.gather);
   EXPECT_EQ(x.tower, y.tower);
+  EXPECT_EQ(x.policy, y.policy);
+  EXPECT_DOUBLE_EQ(x.gather_bandwidth_gbps, y.gather_bandwidth_gbps);
 }
 
 // ---------------------------------------------------------------- defaults
@@ -263,7 +267,7 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
       msg,
       "(enabled, mesh_dims, min_tokens, min_frames, min_local_patch_rows, "
       "cost_alpha, partitioner, gather, split_frames, split_exchange_cost, "
-      "tower)");
+      "tower, policy, gather_bandwidth_gbps)");
 
   msg = error_of(
       [] { parse_config("distributed:\n  multimodal:\n    audio: {}\n"); });
@@ -542,6 +546,46 @@ TEST(Config, ValidateChecksValuesSetFromCode) {
 }
 
 // ---------------------------------------------------------- plan options
+
+TEST(Config, AutoPolicyKeys) {
+  Config c = parse_config(fs_doc("policy", "auto"));
+  EXPECT_EQ(c.frame_sharding.policy, "auto");
+  EXPECT_DOUBLE_EQ(c.frame_sharding.gather_bandwidth_gbps, 25.0);
+  c = parse_config(fs_doc("gather_bandwidth_gbps", "12.5"));
+  EXPECT_EQ(c.frame_sharding.policy, "threshold");
+  EXPECT_DOUBLE_EQ(c.frame_sharding.gather_bandwidth_gbps, 12.5);
+  for (const auto& [field, value, expected] :
+       std::vector<std::array<std::string, 3>>{
+           {"policy", "always", "expected threshold or auto, got always"},
+           {"policy", "[auto]", "expected threshold or auto, got [auto]"},
+           {"gather_bandwidth_gbps", "0", "expected a number > 0, got 0"},
+           {"gather_bandwidth_gbps", "-3", "expected a number > 0, got -3"},
+           {"gather_bandwidth_gbps", "fast", "expected a number > 0, got fast"},
+           {"gather_bandwidth_gbps",
+            "\"25\"",
+            "expected a number > 0, got \"25\""},
+           {"gather_bandwidth_gbps", ".inf", "expected a number > 0"}}) {
+    SCOPED_TRACE(value);
+    expect_contains(
+        error_of([&] { parse_config(fs_doc(field, value)); }),
+        kFs + "." + field + ": " + expected);
+  }
+  c.frame_sharding.policy = "auto";
+  c.frame_sharding.gather_bandwidth_gbps = 12.5;
+  expect_same(c, parse_config(to_yaml(c)));
+  const PlanOptions o = plan_options(c);
+  EXPECT_EQ(o.policy.kind, PolicyKind::kAuto);
+  EXPECT_DOUBLE_EQ(o.policy.gather_bandwidth_gbps, 12.5);
+  // A bare alpha takes the tower's FLOP units for the auto policy.
+  c.frame_sharding.cost_alpha = "100";
+  EXPECT_DOUBLE_EQ(
+      plan_options(c).cost.seconds_per_unit,
+      flop_cost_model(tower_preset("qwen3-vl")).seconds_per_unit);
+  c.frame_sharding.gather_bandwidth_gbps = 0.0;
+  expect_contains(
+      error_of([&] { validate(c); }),
+      kFs + ".gather_bandwidth_gbps: expected a number > 0, got 0");
+}
 
 TEST(Config, PlanOptionsFollowTheConfig) {
   Config c;

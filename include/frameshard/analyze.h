@@ -1,0 +1,69 @@
+// File: frameshard/analyze.h
+//
+// "Check your workload": for a list of batches (each a grid_thw list, e.g.
+// from a dataset manifest, frameshard/media_manifest.h), plan every batch
+// at each CP size with each partitioner and the configured policy, and sum
+// up per (CP, partitioner):
+//   shard_share   batches the policy shards / batches
+//   speedup       vision speed-up from the cost model: sum of replicated
+//                 costs / sum of (slowest rank if sharded, else replicated)
+//   speedup_gather  the same with each sharded batch's modelled gather
+//                 time added (PolicyEstimate: seconds from the cost
+//                 model's seconds_per_unit, bytes / bandwidth)
+//   imbalance     slowest / mean rank cost, mean over the sharded batches
+//                 (over all batches when none shards)
+//   gather_mb     mean MB the slowest receiving rank gets per sharded batch
+//
+// Usage:
+//   frameshard::AnalyzeOptions o;          // CP 2..64, threshold policy
+//   o.plan.policy.enabled = true;
+//   frameshard::WorkloadAnalysis a = frameshard::analyze_batches(b, o);
+//   a.rows[0].methods[0].speedup;          // CP 2, first partitioner
+//
+// Pure function, thread-safe.
+#pragma once
+
+#include <frameshard/frames.h>
+#include <frameshard/partition.h>
+#include <frameshard/plan.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace frameshard {
+
+struct AnalyzeOptions {
+  std::vector<int64_t> cps{2, 4, 8, 16, 32, 64};
+  std::vector<Partitioner> partitioners = all_partitioners();
+  PlanOptions plan;  // world is set per CP size
+};
+
+struct MethodSummary {
+  Partitioner method = Partitioner::kOptimal;
+  double shard_share = 0.0;
+  double speedup = 1.0;
+  double speedup_gather = 1.0;
+  double imbalance = 1.0;
+  double gather_mb = 0.0;
+};
+
+struct CpSummary {
+  int64_t cp = 1;
+  std::vector<MethodSummary> methods;  // in AnalyzeOptions::partitioners order
+};
+
+struct WorkloadAnalysis {
+  int64_t batches = 0;
+  int64_t frame_units = 0;
+  int64_t tokens = 0;
+  int64_t patch_rows = 0;
+  std::vector<CpSummary> rows;  // in AnalyzeOptions::cps order
+};
+
+/// Throws frameshard::Error for no batches, a CP size outside
+/// [1, kMaxWorld] or a grid make_plan refuses.
+WorkloadAnalysis analyze_batches(
+    const std::vector<std::vector<GridThw>>& batches,
+    const AnalyzeOptions& options);
+
+}  // namespace frameshard

@@ -1,0 +1,83 @@
+#include <frameshard/analyze.h>
+#include <frameshard/error.h>
+#include <frameshard/policy.h>
+
+namespace frameshard {
+
+namespace {
+
+MethodSummary summarize(
+    const std::vector<std::vector<GridThw>>& batches,
+    PlanOptions o,
+    Partitioner method) {
+  o.partitioner = method;
+  MethodSummary m;
+  m.method = method;
+  double replicated = 0.0, vision = 0.0, with_gather = 0.0;
+  double imbalance_sharded = 0.0, imbalance_all = 0.0, gather_bytes = 0.0;
+  int64_t sharded = 0;
+  for (const std::vector<GridThw>& grid : batches) {
+    const ShardPlan plan = make_plan(grid, o);
+    const PolicyEstimate e = estimate_policy(
+        o.policy, o.cost, plan.frames, plan.unit_costs, plan.partition);
+    replicated += e.replicated_seconds;
+    imbalance_all += plan.partition.imbalance();
+    if (plan.sharded()) {
+      sharded += 1;
+      vision += e.slowest_seconds;
+      with_gather += e.slowest_seconds + e.gather_seconds;
+      imbalance_sharded += plan.partition.imbalance();
+      gather_bytes += e.gather_seconds * o.policy.gather_bandwidth_gbps * 1e9;
+    } else {
+      vision += e.replicated_seconds;
+      with_gather += e.replicated_seconds;
+    }
+  }
+  const auto n = static_cast<double>(batches.size());
+  m.shard_share = static_cast<double>(sharded) / n;
+  m.speedup = vision > 0.0 ? replicated / vision : 1.0;
+  m.speedup_gather = with_gather > 0.0 ? replicated / with_gather : 1.0;
+  m.imbalance = sharded > 0 ? imbalance_sharded / static_cast<double>(sharded)
+                            : imbalance_all / n;
+  m.gather_mb =
+      sharded > 0 ? gather_bytes / static_cast<double>(sharded) / 1e6 : 0.0;
+  return m;
+}
+
+}  // namespace
+
+WorkloadAnalysis analyze_batches(
+    const std::vector<std::vector<GridThw>>& batches,
+    const AnalyzeOptions& options) {
+  const char* fn = "analyze_batches";
+  FRAMESHARD_CHECK(
+      !batches.empty(), fn, "expected at least one batch, got none");
+  WorkloadAnalysis a;
+  a.batches = static_cast<int64_t>(batches.size());
+  for (const std::vector<GridThw>& grid : batches) {
+    const FrameSet f = expand_frames(grid, options.plan.layout);
+    a.frame_units += static_cast<int64_t>(f.units.size());
+    a.tokens += f.total_tokens;
+    a.patch_rows += f.total_patch_rows;
+  }
+  for (int64_t cp : options.cps) {
+    FRAMESHARD_CHECK(
+        cp >= 1 && cp <= kMaxWorld,
+        fn,
+        "expected CP sizes in [1, ",
+        kMaxWorld,
+        "], got ",
+        cp);
+    PlanOptions o = options.plan;
+    o.world = cp;
+    CpSummary row;
+    row.cp = cp;
+    for (Partitioner p : options.partitioners) {
+      row.methods.push_back(summarize(batches, o, p));
+    }
+    a.rows.push_back(std::move(row));
+  }
+  return a;
+}
+
+}  // namespace frameshard

@@ -1,0 +1,128 @@
+#include "tower_timing.h"
+
+#include <frameshard/runtime/encode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <stdexcept>
+
+namespace frameshard {
+namespace cli {
+
+std::vector<std::string> timing_tower_families() {
+  return {"qwen2-vl", "qwen2.5-vl", "qwen3-vl"};
+}
+
+models::QwenVisionConfig small_tower_config(
+    const std::string& family, int64_t width, int64_t depth) {
+  const int64_t heads = std::max<int64_t>(1, width / 64);
+  if (family == "qwen2-vl") {
+    models::Qwen2VLVisionConfig c;
+    c.depth = depth;
+    c.embed_dim = width;
+    c.hidden_size = width;
+    c.num_heads = heads;
+    return c;
+  }
+  if (family == "qwen2.5-vl") {
+    models::Qwen2_5VLVisionConfig c;
+    c.depth = depth;
+    c.hidden_size = width;
+    c.intermediate_size = 8 * width / 3;
+    c.num_heads = heads;
+    c.out_hidden_size = width;
+    c.fullatt_block_indexes = {depth - 1};
+    return c;
+  }
+  if (family == "qwen3-vl") {
+    models::Qwen3VLVisionConfig c;
+    c.depth = depth;
+    c.hidden_size = width;
+    c.intermediate_size = 4 * width;
+    c.num_heads = heads;
+    c.out_hidden_size = width;
+    c.deepstack_visual_indexes = {0};
+    return c;
+  }
+  throw std::invalid_argument(
+      "frameshard::small_tower_config: expected family qwen2-vl, qwen2.5-vl "
+      "or qwen3-vl, got \"" +
+      family + "\"");
+}
+
+models::QwenVisionModel make_timing_tower(const TowerSpec& spec) {
+  if (!spec.model_dir.empty()) {
+    return models::load_qwen_vision(spec.model_dir);
+  }
+  return models::make_qwen_vision(
+      small_tower_config(spec.family, spec.width, spec.depth));
+}
+
+namespace {
+
+double now(bool cpu_clock) {
+  if (cpu_clock) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) +
+           1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double run_once(
+    const models::QwenVisionModel& m, const TowerInput& in, TimingRun run) {
+  const double start = now(run.cpu_clock);
+  if (run.forward_only) {
+    torch::NoGradGuard no_grad;
+    m.tower(in);
+  } else {
+    m.module->zero_grad();
+    std::vector<at::Tensor> outs = m.tower(in);
+    at::Tensor loss = at::zeros({}, outs[0].options());
+    for (const auto& o : outs) {
+      loss = loss + o.sum();
+    }
+    loss.backward();
+  }
+  return now(run.cpu_clock) - start;
+}
+
+}  // namespace
+
+double time_tower(
+    const models::QwenVisionModel& m, const TowerInput& in, TimingRun run) {
+  std::vector<double> t;
+  for (int r = 0; r < std::max(1, run.repeats); ++r) {
+    t.push_back(run_once(m, in, run));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<double> time_rank_shares(
+    const models::QwenVisionModel& m,
+    const ShardPlan& plan,
+    const at::Tensor& pixels,
+    TimingRun run) {
+  std::vector<double> out;
+  for (int64_t r = 0; r < plan.options.world; ++r) {
+    out.push_back(time_tower(m, local_tower_input(plan, r, pixels), run));
+  }
+  return out;
+}
+
+at::Tensor random_pixels(
+    const models::QwenVisionModel& m, const std::vector<GridThw>& grid) {
+  int64_t rows = 0;
+  for (const GridThw& g : grid) {
+    rows += g.patches();
+  }
+  return at::randn({rows, m.config.in_features()});
+}
+
+}  // namespace cli
+}  // namespace frameshard

@@ -1,0 +1,76 @@
+// Timing a reference tower the way the scale simulation
+// (bench/scale_sim.cpp) and `frameshard calibrate` do: one torch thread,
+// forward + backward of every output summed (or forward only under no_grad
+// for a frozen tower), the median of `repeats` runs (wall or process CPU
+// time); and each CP rank's
+// share of a plan (frameshard::local_tower_input: its frames, floor and
+// dummy frames) timed one rank after another in this process.
+//
+// Usage:
+//   TowerSpec spec;                        // qwen3-vl, width 256, depth 2
+//   models::QwenVisionModel m = make_timing_tower(spec);
+//   TimingRun run{3, false};               // repeats, forward_only
+//   double s = time_tower(m, input, run);  // seconds
+//   std::vector<double> per_rank = time_rank_shares(m, plan, pixels, run);
+#pragma once
+
+#include <frameshard/models/qwen_factory.h>
+#include <frameshard/plan.h>
+#include <frameshard/tower.h>
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+namespace cli {
+
+/// A random-weight tower of a family at a small width and depth, or a
+/// Hugging Face checkpoint when model_dir is set.
+struct TowerSpec {
+  std::string family = "qwen3-vl";  // qwen2-vl | qwen2.5-vl | qwen3-vl
+  int64_t width = 256;
+  int64_t depth = 2;
+  std::string model_dir;
+};
+
+/// The families TowerSpec::family accepts.
+std::vector<std::string> timing_tower_families();
+
+/// The config of a small tower: `width` wide (heads of 64), MLP 4x (8/3 x
+/// gated for qwen2.5-vl), the last layer full attention (qwen2.5-vl), the
+/// first layer deepstack (qwen3-vl), merger output `width`.
+models::QwenVisionConfig small_tower_config(
+    const std::string& family, int64_t width, int64_t depth);
+
+/// make_qwen_vision(small_tower_config(...)) or load_qwen_vision(model_dir).
+models::QwenVisionModel make_timing_tower(const TowerSpec& spec);
+
+struct TimingRun {
+  int repeats = 1;
+  bool forward_only = false;
+  // Process CPU time instead of wall time: on a machine shared with other
+  // jobs, wall time counts their share of the cores too; with one torch
+  // thread the CPU time is what the work takes on a dedicated core.
+  bool cpu_clock = false;
+};
+
+/// Median seconds of one tower call on `in` (see the banner).
+double time_tower(
+    const models::QwenVisionModel& m, const TowerInput& in, TimingRun run);
+
+/// Seconds of each rank's share of `plan`, in rank order.
+std::vector<double> time_rank_shares(
+    const models::QwenVisionModel& m,
+    const ShardPlan& plan,
+    const at::Tensor& pixels,
+    TimingRun run);
+
+/// Random pixel rows for `grid` (what the timings feed the tower).
+at::Tensor random_pixels(
+    const models::QwenVisionModel& m, const std::vector<GridThw>& grid);
+
+}  // namespace cli
+}  // namespace frameshard
