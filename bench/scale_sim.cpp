@@ -14,6 +14,11 @@
 // no contention), the gather is bytes / bandwidth (the slowest receiving
 // rank's unpadded bytes), and nothing else of a training step is included.
 //
+// The last column, `split`, is the optimal partitioner with split_frames:
+// a piece runs its queries against its whole frame (tools/tower_timing.h's
+// standin_exchange pads its keys to the frame), and the K/V rows it would
+// receive are added to its time at the same bandwidth.
+//
 // The tower and the timing are tools/tower_timing.h's, shared with
 // `frameshard calibrate`.
 //
@@ -82,39 +87,52 @@ void simulate_preset(
   for (Partitioner p : all_partitioners()) {
     std::printf("  %8s speedup imbal sum/rep", to_string(p).c_str());
   }
+  std::printf("  %8s speedup imbal sum/rep", "split");
   std::printf("\n");
+  const TowerDims dims = models::tower_dims(m.config);
+  // K and V of one row per full-attention layer, float32.
+  const int64_t kv_row_bytes = 2 * dims.hidden * 4 * dims.full_layers();
+  auto measure = [&](const ShardPlan& plan) {
+    const std::vector<double> times =
+        cli::time_rank_shares(m, plan, pixels, {a.repeats, false});
+    double slowest = 0.0, sum = 0.0, compute_max = 0.0;
+    int64_t received = 0;
+    for (size_t r = 0; r < times.size(); ++r) {
+      const double exchange = double(plan.ranks[r].exchange_rows) *
+                              double(kv_row_bytes) / (a.bandwidth_gbps * 1e9);
+      slowest = std::max(slowest, times[r] + exchange);
+      compute_max = std::max(compute_max, times[r]);
+      sum += times[r];
+      received =
+          std::max(received, frames.total_tokens - plan.gather_counts[r]);
+    }
+    const double gather =
+        double(received * row_bytes) / (a.bandwidth_gbps * 1e9);
+    std::printf(
+        "  %8s %7.2f %5.2f %7.2f",
+        "",
+        t_rep / (slowest + gather),
+        compute_max / (sum / double(times.size())),
+        sum / t_rep);
+  };
   for (int64_t cp : a.cps) {
     std::printf(
         "%4lld %6lld", static_cast<long long>(cp), static_cast<long long>(cp));
+    PlanOptions o;
+    o.world = cp;
+    o.layout = layout;
+    o.cost = flop_cost_model(dims);
+    o.policy.enabled = true;
+    o.policy.min_tokens = 0;
+    o.policy.min_frames = 0;
     for (Partitioner p : all_partitioners()) {
-      PlanOptions o;
-      o.world = cp;
       o.partitioner = p;
-      o.layout = layout;
-      o.cost = flop_cost_model(models::tower_dims(m.config));
-      o.policy.enabled = true;
-      o.policy.min_tokens = 0;
-      o.policy.min_frames = 0;
-      const ShardPlan plan = make_plan(wl.workload.grid, o);
-      double slowest = 0.0, sum = 0.0;
-      int64_t received = 0;
-      const std::vector<double> times =
-          cli::time_rank_shares(m, plan, pixels, {a.repeats, false});
-      for (int64_t r = 0; r < cp; ++r) {
-        slowest = std::max(slowest, times[r]);
-        sum += times[r];
-        received =
-            std::max(received, frames.total_tokens - plan.gather_counts[r]);
-      }
-      const double gather =
-          double(received * row_bytes) / (a.bandwidth_gbps * 1e9);
-      std::printf(
-          "  %8s %7.2f %5.2f %7.2f",
-          "",
-          t_rep / (slowest + gather),
-          slowest / (sum / double(cp)),
-          sum / t_rep);
+      measure(make_plan(wl.workload.grid, o));
     }
+    o.partitioner = Partitioner::kOptimal;
+    o.split.enabled = true;
+    o.split.window_side = models::split_window_side(m.config);
+    measure(make_plan(wl.workload.grid, o));
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -160,8 +178,8 @@ int main(int argc, char** argv) {
       cli::make_timing_tower({a.family, a.width, a.depth, ""});
   std::printf(
       "scale simulation: %s width %lld depth %lld, 1 thread per "
-      "rank, gather at %.0f GB/s; speedup = replicated / (slowest "
-      "rank + gather), imbal = slowest / mean rank, sum/rep = sum of "
+      "rank, gather and K/V exchange at %.0f GB/s; speedup = replicated / "
+      "(slowest rank + its exchange + gather), imbal = slowest / mean rank, sum/rep = sum of "
       "the rank times / replicated\n",
       a.family.c_str(),
       static_cast<long long>(a.width),

@@ -103,6 +103,27 @@ double time_tower(
   return t[t.size() / 2];
 }
 
+PieceExchange standin_exchange(const ShardPlan& plan, int64_t rank) {
+  const RankShard& rs = plan.ranks.at(static_cast<size_t>(rank));
+  std::vector<std::pair<int64_t, int64_t>> segments;  // local rows, rest
+  for (const FramePiece& p : rs.pieces) {
+    const int64_t unit = rs.units.at(static_cast<size_t>(p.frame));
+    segments.emplace_back(
+        rs.cu_seqlens.at(static_cast<size_t>(p.frame)),
+        plan.frames.units.at(static_cast<size_t>(unit)).patch_rows - p.rows());
+  }
+  const std::vector<FramePiece> pieces = rs.pieces;
+  return [segments, pieces](const at::Tensor& rows) {
+    std::vector<at::Tensor> out{rows};
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      out.push_back(at::cat(
+          {rows.narrow(0, segments[j].first, pieces[j].rows()),
+           at::zeros({segments[j].second, rows.size(1)}, rows.options())}));
+    }
+    return out;
+  };
+}
+
 std::vector<double> time_rank_shares(
     const models::QwenVisionModel& m,
     const ShardPlan& plan,
@@ -110,7 +131,11 @@ std::vector<double> time_rank_shares(
     TimingRun run) {
   std::vector<double> out;
   for (int64_t r = 0; r < plan.options.world; ++r) {
-    out.push_back(time_tower(m, local_tower_input(plan, r, pixels), run));
+    TowerInput in = local_tower_input(plan, r, pixels);
+    if (plan.split) {
+      in.exchange = standin_exchange(plan, r);
+    }
+    out.push_back(time_tower(m, in, run));
   }
   return out;
 }

@@ -61,7 +61,15 @@ struct TimingRun {
 double time_tower(
     const models::QwenVisionModel& m, const TowerInput& in, TimingRun run);
 
-/// Seconds of each rank's share of `plan`, in rank order.
+/// A rank of a split plan run alone: its exchange returns each piece's own
+/// rows padded with zero rows to the whole frame, so the piece's attention
+/// (queries against the whole frame) and its backward cost what they cost
+/// on the rank; the transfer itself is the caller's to model
+/// (RankShard::exchange_rows). Not collective.
+PieceExchange standin_exchange(const ShardPlan& plan, int64_t rank);
+
+/// Seconds of each rank's share of `plan`, in rank order (split plans with
+/// standin_exchange).
 std::vector<double> time_rank_shares(
     const models::QwenVisionModel& m,
     const ShardPlan& plan,
