@@ -3,8 +3,8 @@
 // UB is a finding); what parses must round-trip through to_yaml unchanged.
 //
 // Usage (a -DFRAMESHARD_FUZZ=ON build, see tests/fuzz/CMakeLists.txt):
-//   build-fuzz/tests/fuzz/config_fuzz tests/fuzz/corpus/config \
-//       -max_total_time=30
+//   build-fuzz/tests/fuzz/config_fuzz tests/fuzz/corpus/config
+//   -max_total_time=30
 #include <frameshard/config.h>
 #include <frameshard/error.h>
 

@@ -5,8 +5,8 @@
 // layout.
 //
 // Usage (a -DFRAMESHARD_FUZZ=ON build):
-//   build-fuzz/tests/fuzz/manifest_fuzz tests/fuzz/corpus/manifest \
-//       -max_total_time=30
+//   build-fuzz/tests/fuzz/manifest_fuzz tests/fuzz/corpus/manifest
+//   -max_total_time=30
 #include <frameshard/error.h>
 #include <frameshard/frames.h>
 #include <frameshard/train/data_batch.h>

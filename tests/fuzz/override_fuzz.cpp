@@ -5,8 +5,8 @@
 // and an applied one keeps it round-tripping through to_yaml.
 //
 // Usage (a -DFRAMESHARD_FUZZ=ON build):
-//   build-fuzz/tests/fuzz/override_fuzz tests/fuzz/corpus/override \
-//       -max_total_time=30
+//   build-fuzz/tests/fuzz/override_fuzz tests/fuzz/corpus/override
+//   -max_total_time=30
 #include <frameshard/config.h>
 #include <frameshard/error.h>
 

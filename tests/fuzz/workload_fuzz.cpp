@@ -4,8 +4,8 @@
 // frame units (the limits hold before anything is sized by the input).
 //
 // Usage (a -DFRAMESHARD_FUZZ=ON build):
-//   build-fuzz/tests/fuzz/workload_fuzz tests/fuzz/corpus/workload \
-//       -max_total_time=30
+//   build-fuzz/tests/fuzz/workload_fuzz tests/fuzz/corpus/workload
+//   -max_total_time=30
 #include <frameshard/error.h>
 #include <frameshard/frames.h>
 #include <frameshard/workload.h>
