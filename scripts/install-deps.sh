@@ -8,7 +8,7 @@
 # Idempotent: skips apt entirely when everything is already installed.
 set -euo pipefail
 pkgs=(
-  build-essential cmake ccache clang-format
+  build-essential cmake ccache clang-format clang-tidy clang libclang-rt-14-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev  # gloo headers: the PyPI torch wheel ships its c10d headers but not gloo's

@@ -1,5 +1,7 @@
 #include "rank_processes.h"
 
+#include "line_relay.h"
+
 #include <frameshard/error.h>
 
 #include <c10/util/Exception.h>
@@ -17,7 +19,6 @@
 #include <filesystem>
 #include <iostream>
 #include <system_error>
-#include <thread>
 
 namespace frameshard {
 namespace cli {
@@ -40,7 +41,7 @@ bool is_result(int status, int max_result_code) {
   return WIFEXITED(status) && WEXITSTATUS(status) <= max_result_code;
 }
 
-std::vector<pid_t> start_ranks(const RankLaunch& l) {
+std::vector<pid_t> start_ranks(const RankLaunch& l, const LineRelay& relay) {
   const char* cmd = l.command.c_str();
   std::cout << std::flush;
   std::cerr << std::flush;
@@ -67,6 +68,7 @@ std::vector<pid_t> start_ranks(const RankLaunch& l) {
       if (getppid() != parent) {
         _exit(127);
       }
+      relay.attach_child(rank);
       execv("/proc/self/exe", argv.data());
       std::fprintf(stderr, "error: %s: exec of /proc/self/exe failed\n", cmd);
       _exit(127);
@@ -120,16 +122,22 @@ void check_rank_options(
 }
 
 int run_rank_processes(const RankLaunch& l) {
-  const std::vector<pid_t> pids = start_ranks(l);
+  LineRelay relay(l.command, l.nproc);
+  const std::vector<pid_t> pids = start_ranks(l, relay);
+  relay.close_child_ends();
 
-  // Wait for every rank. Once one fails, the others get the collective
-  // timeout plus a grace period to notice and exit; then they are killed.
+  // Wait for every rank, relaying their stderr. Once one fails, the others
+  // get a short grace (a peer's death closes its sockets, so a rank inside a
+  // collective raises its own error at once); a rank still running then
+  // waits for something that will not come (a store key, a connection):
+  // it is killed, instead of waiting out the collective timeout.
   std::vector<int> status(l.nproc, 0);
   std::vector<bool> done(l.nproc, false);
   int remaining = l.nproc;
-  bool failed = false;
+  int first_failed = -1;
   Clock::time_point kill_at = Clock::time_point::max();
-  const auto grace = l.timeout + std::chrono::seconds(5);
+  const auto grace = std::min<std::chrono::milliseconds>(
+      l.timeout + std::chrono::seconds(5), kPeerFailureGrace);
   while (remaining > 0) {
     bool progressed = false;
     for (int r = 0; r < l.nproc; ++r) {
@@ -142,8 +150,8 @@ int run_rank_processes(const RankLaunch& l) {
         status[r] = st;
         --remaining;
         progressed = true;
-        if (!is_result(st, l.max_result_code) && !failed) {
-          failed = true;
+        if (!is_result(st, l.max_result_code) && first_failed < 0) {
+          first_failed = r;
           kill_at = Clock::now() + grace;
         }
       }
@@ -152,16 +160,18 @@ int run_rank_processes(const RankLaunch& l) {
       for (int r = 0; r < l.nproc; ++r) {
         if (!done[r]) {
           std::cerr << "error: " << l.command << ": rank " << r
-                    << " still running after a peer failed; killing it\n";
+                    << " still running " << grace.count() << " ms after rank "
+                    << first_failed << " failed; killing it\n";
           kill(pids[r], SIGKILL);
         }
       }
       kill_at = Clock::time_point::max();
     }
     if (!progressed) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      relay.pump(std::chrono::milliseconds(20));
     }
   }
+  relay.drain();
 
   int result = 0;
   for (int r = 0; r < l.nproc; ++r) {
@@ -173,7 +183,7 @@ int run_rank_processes(const RankLaunch& l) {
     std::cerr << "error: " << l.command << ": rank " << r << " "
               << describe_status(st) << "\n";
   }
-  return failed ? 2 : result;
+  return first_failed >= 0 ? 2 : result;
 }
 
 int run_worker_guarded(

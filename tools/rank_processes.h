@@ -31,6 +31,11 @@ class TempDir {
   std::string path_;
 };
 
+/// How long the surviving ranks get, once one failed, before the parent
+/// kills them (a rank that died at start-up would otherwise leave the others
+/// waiting out the whole collective timeout).
+inline constexpr std::chrono::milliseconds kPeerFailureGrace{3000};
+
 /// N worker processes of one subcommand.
 struct RankLaunch {
   /// The subcommand: the workers' argv[1] and the prefix of every message
@@ -42,8 +47,9 @@ struct RankLaunch {
   /// The options every worker gets; --worker-rank r and --store-path are
   /// added by run_rank_processes.
   std::vector<std::string> worker_args;
-  /// The workers' collective timeout. Once a rank fails, the others get it
-  /// plus 5 s to notice and exit; then they are killed.
+  /// The workers' collective timeout. Once a rank fails, the others get
+  /// kPeerFailureGrace (or this plus 5 s when shorter) to report their own
+  /// error and exit; then they are killed.
   std::chrono::milliseconds timeout{60000};
   /// Worker exit codes in [1, max_result_code] are a result, not a failure
   /// (verify: 1 = a difference above tolerance): they do not start the kill
@@ -61,7 +67,8 @@ void check_rank_options(
 /// failed, else 2; each failed rank is described on stderr ("error: verify:
 /// rank 2 exited with code 3", "... was killed by signal 9"). Workers die
 /// with the parent (PR_SET_PDEATHSIG). Throws frameshard::Error when fork
-/// fails (after killing the ranks already started).
+/// fails (after killing the ranks already started). The workers' stderr is
+/// relayed whole lines at a time, each naming its rank (tools/line_relay.h).
 int run_rank_processes(const RankLaunch& launch);
 
 /// A worker's body, guarded: an exception becomes "error: [<command> rank

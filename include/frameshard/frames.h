@@ -12,7 +12,9 @@
 //       {{1, 32, 32}, {8, 16, 24}}, frameshard::MediaLayout{});
 //   // fs.units.size() == 9; fs.units[1].pixel_offset == 1024
 //
-// Limit: a batch expands into at most kMaxFrameUnits (2^20) frame units,
+// Limits: layout.spatial_merge_size is at most 2^20 (Qwen-VL uses 2; its
+// square, the rows of a dummy frame, stays inside int64). A batch expands
+// into at most kMaxFrameUnits (2^20) frame units,
 // sum(t) over grid_thw; expand_frames refuses more before allocating (each
 // unit is 64 bytes and the plan keeps a few vectors per unit, so 2^20 is
 // about 0.3 GB, far above any real microbatch).

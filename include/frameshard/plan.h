@@ -14,7 +14,9 @@
 // appends ceil(missing / frame_rows) zero frames at the resolution of its
 // last real frame (one grid row (k, h, w)); their output is dropped before
 // the gather. Dummy-only ranks are never grown. Limit: min_local_patch_rows
-// is at most kMaxMinLocalPatchRows = 2^20, so floor frames stay bounded.
+// is at most kMaxMinLocalPatchRows = 2^20, so floor frames stay bounded; a
+// non-contiguous (lpt) plan whose gather needs restore_rows (one int64 per
+// token) has at most 2^27 tokens (1 GB, about 100 video microbatches).
 //
 // Usage:
 //   frameshard::PlanOptions o;

@@ -17,6 +17,9 @@ int64_t checked_mul(int64_t a, int64_t b) {
   return out;
 }
 
+// See frames.h ("Limits").
+constexpr int64_t kMaxSpatialMergeSize = int64_t{1} << 20;
+
 }  // namespace
 
 FrameSet expand_frames(
@@ -26,6 +29,15 @@ FrameSet expand_frames(
       merge > 0,
       "expand_frames",
       "expected layout.spatial_merge_size > 0, got ",
+      merge);
+  // Bounded so merge^2 (the rows of a dummy frame) fits in int64: plan_fuzz
+  // found 2^62 with an empty grid, a signed overflow.
+  FRAMESHARD_CHECK(
+      merge <= kMaxSpatialMergeSize,
+      "expand_frames",
+      "expected layout.spatial_merge_size <= ",
+      kMaxSpatialMergeSize,
+      ", got ",
       merge);
   FRAMESHARD_CHECK(
       layout.temporal_patch_size > 0,

@@ -14,6 +14,9 @@ namespace frameshard {
 
 namespace {
 
+// Most tokens of a plan with restore_rows (plan.h, "Limit").
+constexpr int64_t kMaxRestoreRows = int64_t{1} << 27;
+
 // Each rank's units as maximal runs [a, b) of consecutive unit indices,
 // flattened: rank r owns runs [offset[r], offset[r + 1]). A contiguous
 // partition has at most one run per rank, read straight off the cuts (not
@@ -395,6 +398,15 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
   // consecutive units owns a contiguous block of original token rows.
   if (!plan.partition.contiguous() &&
       !std::is_sorted(assignment.begin(), assignment.end())) {
+    // One entry per token: refuse before sizing it by the input (found by
+    // tests/fuzz/plan_fuzz: an lpt plan of 2^38 tokens threw length_error).
+    FRAMESHARD_CHECK(
+        frames.total_tokens <= kMaxRestoreRows,
+        "make_plan",
+        "expected at most ",
+        kMaxRestoreRows,
+        " tokens in a non-contiguous (lpt) plan, got ",
+        frames.total_tokens);
     plan.restore_rows.resize(static_cast<size_t>(frames.total_tokens));
     int64_t gathered = 0;
     for (size_t i = 0; i < runs.a.size(); ++i) {

@@ -22,6 +22,7 @@
 #include "core/fingerprint.h"
 #include "runtime/collectives.h"
 #include "runtime/consensus.h"
+#include "runtime/fault.h"
 #include "runtime/piece_exchange.h"
 #include "tower/check.h"
 
@@ -205,6 +206,7 @@ LocalPhase run_local_phase(
   }
 
   stage = "while running the tower";
+  internal::fault_point("tower", rank);
   std::vector<at::Tensor> outs = tower(in);
   stage = "while checking the tower outputs";
   check_outputs(outs, expected_rows, rows_meaning, prefix);
@@ -318,6 +320,7 @@ EncodeResult finish(
   res.allgather_bytes_received =
       (lp.plan.frames.total_tokens - lp.plan.gather_counts[rank]) * row_bytes;
   at::Tensor full;
+  internal::fault_point("gather", rank);
   if (owner_mode) {
     full = route_to_owners(lp, send, rank, group, options, res);
   } else {
@@ -436,6 +439,7 @@ EncodeResult encode(
   }
   const c10::Device device =
       pixel_values.defined() ? pixel_values.device() : c10::Device(at::kCPU);
+  internal::fault_point("consensus", rank);
   const auto records = internal::run_consensus(
       group, mine, expected_rows, device, options.timeout, kFn);
 

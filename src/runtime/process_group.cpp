@@ -4,6 +4,7 @@
 #include <frameshard/runtime/process_group.h>
 
 #include "runtime/c10d_compat.h"
+#include "runtime/fault.h"
 #include "tower/check.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -116,6 +117,7 @@ ProcessGroupPtr make_file_store_group(
   FRAMESHARD_TORCH_CHECK(
       !path.empty(), "make_file_store_group", "expected a file path, got ''");
   check_rank_size("make_file_store_group", rank, size);
+  internal::fault_point("start", rank);
   StorePtr store = c10::make_intrusive<c10d::FileStore>(path, size);
   store->setTimeout(options.timeout);
   return make_gloo_group(store, rank, size, options);

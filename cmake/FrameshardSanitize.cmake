@@ -1,0 +1,41 @@
+# Sanitizer and fuzzing builds (CI's sanitizer and fuzz-smoke tiers, .ci/run).
+#
+#   -DFRAMESHARD_SANITIZE=address,undefined   ASan + UBSan on every target
+#   -DFRAMESHARD_SANITIZE=thread              TSan on every target
+#   -DFRAMESHARD_FUZZ=ON                      libFuzzer harnesses (tests/fuzz),
+#                                             clang only; implies ASan + UBSan
+#
+# The flags go on every target of this project (add_compile_options before the
+# first target); prebuilt libraries (LibTorch, Gloo, yaml-cpp, GTest) stay
+# uninstrumented, see docs/reliability.md for what that means and the
+# run-time options the tiers use. UB aborts (-fno-sanitize-recover) so a test
+# or a fuzz run fails on it instead of printing and going on.
+set(FRAMESHARD_SANITIZE "" CACHE STRING
+    "Sanitizers for every target: '', 'address,undefined' or 'thread'")
+option(FRAMESHARD_FUZZ "Build the libFuzzer harnesses of tests/fuzz (clang)" OFF)
+
+set(_fs_sanitize "${FRAMESHARD_SANITIZE}")
+if(FRAMESHARD_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "FRAMESHARD_FUZZ=ON: expected clang (libFuzzer), got "
+      "${CMAKE_CXX_COMPILER_ID}; configure with -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  if(_fs_sanitize STREQUAL "")
+    set(_fs_sanitize "address,undefined")
+  endif()
+  # Coverage instrumentation everywhere; only the harnesses link the driver.
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
+if(NOT _fs_sanitize STREQUAL "")
+  if(_fs_sanitize MATCHES "thread" AND _fs_sanitize MATCHES "address")
+    message(FATAL_ERROR "FRAMESHARD_SANITIZE: expected 'address,undefined' or "
+      "'thread' (TSan and ASan do not combine), got '${_fs_sanitize}'")
+  endif()
+  add_compile_options(-fsanitize=${_fs_sanitize} -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=${_fs_sanitize})
+  if(_fs_sanitize MATCHES "undefined")
+    add_compile_options(-fno-sanitize-recover=undefined)
+  endif()
+  message(STATUS "frameshard: sanitizers: ${_fs_sanitize}")
+endif()
