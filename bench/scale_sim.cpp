@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   std::printf(
       "scale simulation: %s width %lld depth %lld, 1 thread per "
       "rank, gather and K/V exchange at %.0f GB/s; speedup = replicated / "
-      "(slowest rank + its exchange + gather), imbal = slowest / mean rank, sum/rep = sum of "
+      "(slowest rank + its exchange + gather), imbal = slowest / mean rank, "
+      "sum/rep = sum of "
       "the rank times / replicated\n",
       a.family.c_str(),
       static_cast<long long>(a.width),

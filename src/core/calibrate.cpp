@@ -36,7 +36,7 @@ bool solve_subset(
   std::array<int, kCoefs> cols{};
   int n = 0;
   for (int k = 0; k < kCoefs; ++k) {
-    if (mask & (1u << k)) {
+    if (mask & (1U << k)) {
       cols[n++] = k;
     }
   }
@@ -146,7 +146,7 @@ QuadraticFit fit_quadratic(const std::vector<TimingSample>& samples) {
   // coefficients at which the unconstrained fit is feasible.
   std::array<double, kCoefs> best{};
   double best_err = std::numeric_limits<double>::infinity();
-  for (unsigned mask = 1; mask < (1u << kCoefs); ++mask) {
+  for (unsigned mask = 1; mask < (1U << kCoefs); ++mask) {
     std::array<double, kCoefs> x{};
     if (!solve_subset(samples, mask, x) ||
         std::any_of(x.begin(), x.end(), [](double v) { return v < 0.0; })) {

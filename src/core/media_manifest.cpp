@@ -102,7 +102,7 @@ void read_videos(
     const LineRef& at,
     MediaSample& s) {
   const std::string shape =
-      "{\"frames\": n, \"fps\": f, \"height\": h, \"width\": w}";
+      R"({"frames": n, "fps": f, "height": h, "width": w})";
   if (!v.is_array()) {
     line_error(at, "videos", "a list of " + shape, v);
   }
