@@ -48,6 +48,11 @@ echo "== vision A/B, bfloat16, qwen2-vl width 1280, depth $depth, world $world"
 "$build/bench/frameshard_vision_ab" --family qwen2-vl --depth "$depth" --preset mixed \
   --scale 1 --world "$world" --device cuda --dtype bfloat16 --repeats 5 --warmup 2
 
+echo "== split frames: one 16k-patch page, qwen2-vl width 1280, depth $depth, world $world"
+"$build/bench/frameshard_vision_ab" --family qwen2-vl --depth "$depth" \
+  --workload examples/workloads/one_large_page.json --scale 1 --split-frames \
+  --world "$world" --device cuda --dtype bfloat16 --repeats 5 --warmup 2
+
 echo "== frameshard ab, NCCL, cp $world, the default recipe at scale 2, 10 steps"
 "$build/frameshard" ab --backend nccl --steps 10 --distributed.cp_size "$world" \
   --data.scale 2 --plot "" --json | "$python" -c '
