@@ -103,8 +103,7 @@ std::vector<TimingSample> time_sweep(
   for (const TimingSample& want : sweep(a.sizes)) {
     GridThw g = frame_of(want.patch_rows, merge);
     g.t = want.frames;
-    TowerInput in{
-        random_pixels(m, {g}), grid_to_tensor({g}), frame_cu_seqlens({g})};
+    const TowerInput in = whole_frames_input(random_pixels(m, {g}), {g});
     time_tower(m, in, {1, a.forward_only, false});  // warm-up
     samples.push_back({want.patch_rows, time_tower(m, in, run), want.frames});
   }
