@@ -3,6 +3,10 @@
 
 #include <frameshard/error.h>
 
+#ifdef FRAMESHARD_HAVE_RUNTIME
+#include <c10/util/Exception.h>
+#endif
+
 #include <csignal>
 #include <exception>
 #include <iostream>
@@ -35,9 +39,18 @@ int main(int argc, char** argv) {
     }
     std::cerr << "error: " << e.what() << "\n";
     return 2;
-  } catch (const std::exception& e) {
-    // frameshard::Error and c10::Error: the message already names the
-    // function, the expected and the actual value.
+  }
+#ifdef FRAMESHARD_HAVE_RUNTIME
+  catch (const c10::Error& e) {
+    // The message names the function, the expected and the actual value;
+    // c10's C++ backtrace (what()) is noise to a user.
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 2;
+  }
+#endif
+  catch (const std::exception& e) {
+    // frameshard::Error: the message already names the function, the
+    // expected and the actual value.
     std::cerr << "error: " << e.what() << "\n";
     return 2;
   }

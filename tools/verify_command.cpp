@@ -25,6 +25,7 @@
 #include "option_checks.h"
 #include "parity/parity.h"
 #include "rank_processes.h"
+#include "runtime/fault.h"
 #include "shard_options.h"
 #include "verify_report.h"
 #include "verify_towers.h"
@@ -104,18 +105,43 @@ parity::ParitySpec verify_spec(const VerifyArgs& a, const Workload& wl) {
   return spec;
 }
 
+// FRAMESHARD_FAULT=<rank>:input:<grid|dtype|config|world> (runtime/fault.h):
+// this rank's inputs made to differ from its peers', as a rank given another
+// data shard, config or launch line would; every rank must then raise the
+// same clear error (the consensus, or the group-size check), none hang.
+void apply_input_faults(int rank, parity::ParitySpec& spec, int& world) {
+  using internal::fault_wanted;
+  if (fault_wanted("input", "grid", rank)) {
+    spec.grid.back().t += 1;
+  }
+  if (fault_wanted("input", "dtype", rank)) {
+    spec.dtype = spec.dtype == at::kDouble ? at::kFloat : at::kDouble;
+  }
+  if (fault_wanted("input", "config", rank)) {
+    spec.plan.partitioner = spec.plan.partitioner == Partitioner::kOptimal
+                                ? Partitioner::kLpt
+                                : Partitioner::kOptimal;
+  }
+  if (fault_wanted("input", "world", rank)) {
+    world += 1;
+  }
+}
+
 int run_worker(const VerifyArgs& a) {
   at::set_num_threads(1);
   const int rank = a.worker_rank;
   const Workload wl = load_workload(a.workload.file);
+  parity::ParitySpec spec = verify_spec(a, wl);
+  int world = a.nproc;
+  apply_input_faults(rank, spec, world);
   // The harness seeds torch before each instance: same tower on every rank.
-  const parity::ParitySetup setup = parity::prepare(
-      verify_spec(a, wl), verify_tower(a.tower, wl.layout).factory, {rank});
+  const parity::ParitySetup setup =
+      parity::prepare(spec, verify_tower(a.tower, wl.layout).factory, {rank});
 
   GroupOptions go;
   go.timeout = std::chrono::milliseconds(a.timeout_ms);
   go.threads = 1;
-  ProcessGroupPtr pg = make_file_store_group(a.store_path, rank, a.nproc, go);
+  ProcessGroupPtr pg = make_file_store_group(a.store_path, rank, world, go);
   const bool faulty_rank = rank == a.nproc - 1;
   if (faulty_rank && a.inject_fault == "exit") {
     std::fprintf(stderr, "verify: rank %d exits (--inject-fault exit)\n", rank);

@@ -39,16 +39,20 @@ Fault read_fault() {
       std::getline(in, f.action) &&
       rank.find_first_not_of("0123456789") == std::string::npos &&
       !rank.empty() && rank.size() < 6;
-  const bool known = parsed &&
-                     (f.phase == "start" || f.phase == "tower" ||
-                      f.phase == "consensus" || f.phase == "gather") &&
-                     (f.action == "kill" || f.action == "exit" ||
-                      f.action == "raise" || f.action == "hang");
-  if (!known) {
+  const bool failure = (f.phase == "start" || f.phase == "tower" ||
+                        f.phase == "consensus" || f.phase == "gather") &&
+                       (f.action == "kill" || f.action == "exit" ||
+                        f.action == "raise" || f.action == "hang");
+  const bool input =
+      f.phase == "input" && (f.action == "grid" || f.action == "dtype" ||
+                             f.action == "config" || f.action == "world");
+  const bool store = f.phase == "store" && f.action == "remove";
+  if (!parsed || !(failure || input || store)) {
     f.error = detail::error_message(
         "fault_point",
         "expected FRAMESHARD_FAULT=<rank>:<start|tower|consensus|gather>:"
-        "<kill|exit|raise|hang>, got ",
+        "<kill|exit|raise|hang>, <rank>:input:<grid|dtype|config|world> or "
+        "<rank>:store:remove, got ",
         detail::excerpt(env));
     return f;
   }
@@ -56,15 +60,17 @@ Fault read_fault() {
   return f;
 }
 
+const Fault& the_fault() {
+  static const Fault fault = read_fault();
+  TORCH_CHECK(fault.error.empty(), fault.error);
+  return fault;
+}
+
 }  // namespace
 
 void fault_point(const char* phase, int rank) {
-  static const Fault fault = read_fault();
-  if (!fault.set) {
-    return;
-  }
-  TORCH_CHECK(fault.error.empty(), fault.error);
-  if (fault.rank != rank || fault.phase != phase) {
+  const Fault& fault = the_fault();
+  if (!fault.set || fault.rank != rank || fault.phase != phase) {
     return;
   }
   if (fault.action == "kill") {
@@ -81,6 +87,12 @@ void fault_point(const char* phase, int rank) {
       phase,
       " on rank ",
       rank);
+}
+
+bool fault_wanted(const char* phase, const char* action, int rank) {
+  const Fault& fault = the_fault();
+  return fault.set && fault.rank == rank && fault.phase == phase &&
+         fault.action == action;
 }
 
 }  // namespace internal

@@ -5,6 +5,7 @@
 
 #include "runtime/c10d_compat.h"
 #include "runtime/fault.h"
+#include "runtime/rendezvous.h"
 #include "tower/check.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -103,24 +104,57 @@ std::string join(const std::vector<int>& v) {
 
 }  // namespace
 
+namespace {
+
+// Forms the Gloo group, naming `where` the ranks meet in a failure.
+ProcessGroupPtr join_gloo_group(
+    const StorePtr& store,
+    int rank,
+    int size,
+    const GroupOptions& options,
+    const char* fn,
+    const std::string& where) {
+  try {
+    internal::agree_on_group_size(store, rank, size, fn);
+    return internal::gloo_process_group(store, rank, size, options);
+  } catch (...) {
+    internal::rethrow_rendezvous_failure(
+        fn, rank, size, where, options.timeout);
+  }
+}
+
+}  // namespace
+
 ProcessGroupPtr make_gloo_group(
     const StorePtr& store, int rank, int size, const GroupOptions& options) {
   FRAMESHARD_TORCH_CHECK(
       store, "make_gloo_group", "expected a store, got null");
   check_rank_size("make_gloo_group", rank, size);
   check_group_options("make_gloo_group", options);
-  return internal::gloo_process_group(store, rank, size, options);
+  return join_gloo_group(
+      store, rank, size, options, "make_gloo_group", "the group's store");
 }
 
 ProcessGroupPtr make_file_store_group(
     const std::string& path, int rank, int size, const GroupOptions& options) {
-  FRAMESHARD_TORCH_CHECK(
-      !path.empty(), "make_file_store_group", "expected a file path, got ''");
-  check_rank_size("make_file_store_group", rank, size);
+  const char* fn = "make_file_store_group";
+  FRAMESHARD_TORCH_CHECK(!path.empty(), fn, "expected a file path, got ''");
+  check_rank_size(fn, rank, size);
+  check_group_options(fn, options);
   internal::fault_point("start", rank);
-  StorePtr store = c10::make_intrusive<c10d::FileStore>(path, size);
+  if (internal::fault_wanted("store", "remove", rank)) {
+    internal::remove_store_when_created(path, options.timeout);
+  }
+  const std::string where = "the file store " + path;
+  StorePtr store;
+  try {
+    store = c10::make_intrusive<c10d::FileStore>(path, size);
+  } catch (...) {
+    internal::rethrow_rendezvous_failure(
+        fn, rank, size, where, options.timeout);
+  }
   store->setTimeout(options.timeout);
-  return make_gloo_group(store, rank, size, options);
+  return join_gloo_group(store, rank, size, options, fn, where);
 }
 
 namespace {
@@ -226,6 +260,21 @@ LaunchEnv read_launch_env() {
   return env;
 }
 
+namespace {
+
+bool agent_store_in_use() {
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  return agent != nullptr && std::string(agent) == "True";
+}
+
+std::string store_address(const LaunchEnv& env, bool agent_store) {
+  return "the store at " + env.master_addr + ":" +
+         std::to_string(env.master_port) +
+         (agent_store ? " (torchrun's agent)" : " (hosted by rank 0)");
+}
+
+}  // namespace
+
 StorePtr make_store_from_env(
     const LaunchEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions so;
@@ -233,13 +282,22 @@ StorePtr make_store_from_env(
   // torchrun's agent already serves a store at MASTER_ADDR:MASTER_PORT and
   // says so (as torch.distributed's env:// rendezvous reads it): then every
   // rank is a client, else rank 0 hosts it.
-  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  const bool agent_store = agent != nullptr && std::string(agent) == "True";
+  internal::fault_point("start", env.rank);
+  const bool agent_store = agent_store_in_use();
   so.isServer = env.rank == 0 && !agent_store;
   so.numWorkers = static_cast<std::size_t>(env.world_size);
   so.waitWorkers = so.isServer;
   so.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (...) {
+    internal::rethrow_rendezvous_failure(
+        "make_store_from_env",
+        env.rank,
+        env.world_size,
+        store_address(env, agent_store),
+        timeout);
+  }
 }
 
 ProcessGroupPtr make_group_from_env(const GroupOptions& options) {
@@ -264,7 +322,13 @@ ProcessGroupPtr make_group_from_env(const GroupOptions& options) {
     return make_nccl_group(store, env.rank, env.world_size, options);
   }
 #endif
-  return make_gloo_group(store, env.rank, env.world_size, options);
+  return join_gloo_group(
+      store,
+      env.rank,
+      env.world_size,
+      options,
+      "make_group_from_env",
+      store_address(env, agent_store_in_use()));
 }
 
 bool nccl_compiled() {
@@ -282,7 +346,13 @@ ProcessGroupPtr make_nccl_group(
       store, "make_nccl_group", "expected a store, got null");
   check_rank_size("make_nccl_group", rank, size);
   check_group_options("make_nccl_group", options);
-  return internal::nccl_process_group(store, rank, size, options);
+  try {
+    internal::agree_on_group_size(store, rank, size, "make_nccl_group");
+    return internal::nccl_process_group(store, rank, size, options);
+  } catch (...) {
+    internal::rethrow_rendezvous_failure(
+        "make_nccl_group", rank, size, "the group's store", options.timeout);
+  }
 }
 #endif
 

@@ -2,7 +2,9 @@
 # Failure injection through the CLI's own launcher (issue 13): a rank of
 # `frameshard verify --nproc 3` is made to fail by FRAMESHARD_FAULT
 # (src/runtime/fault.h) at start-up, in the tower, before the consensus and
-# before the gather, by SIGKILL, an exit, an exception or a hang. Every case
+# before the gather, by SIGKILL, an exit, an exception or a hang; to disagree
+# with its peers on the grid, dtype, partitioner or group size; or to delete
+# the store. Last, a torchrun-style launch whose store host dies. Every case
 # must end with exit code 2 and a clear error naming the rank, well within
 # the collective timeout (the parent stops the survivors once a rank died),
 # leave no worker process behind, and print whole stderr lines each naming
@@ -68,5 +70,45 @@ fault inject_exit '' 20 'rank 2 exited with code 3' --inject-fault exit
 expect_err inject_exit '^\[verify rank 2\] verify: rank 2 exits \(--inject-fault exit\)$'
 # A malformed FRAMESHARD_FAULT is an error, not ignored.
 fault malformed 1:lunch:kill 20 'expected FRAMESHARD_FAULT=<rank>:'
+
+# Ranks whose inputs disagree (FRAMESHARD_FAULT=<rank>:input:<what>, carried
+# out by verify's workers): another grid, dtype or partitioner on one rank is
+# caught by the consensus before any output moves, and every rank reports it.
+fault input_grid 1:input:grid 20 'error: \[verify rank 0\].*ranks disagree on the plan' --timeout-ms 10000
+expect_err input_grid 'error: \[verify rank 2\].*ranks disagree on the plan'
+fault input_config 2:input:config 20 'error: \[verify rank 1\].*ranks disagree on the plan' --timeout-ms 10000
+fault input_dtype 0:input:dtype 20 'error: \[verify rank 2\].*ranks disagree on the output dtype' --timeout-ms 10000
+# A rank that forms a group one larger than its peers': the size check at
+# the store says so at once, instead of a wait for a rank that never comes.
+fault input_world 1:input:world 20 'expected every rank to form a group of the same size, got' --timeout-ms 10000
+
+# The store disappears: rank 2 deletes the file store once a peer created it
+# (as a /tmp cleaner would). The ranks cannot meet; every one that waits
+# says where and for how long, within the 3 s timeout plus the grace.
+fault store_remove 2:store:remove 20 'expected all 3 ranks to join through the file store .* within 3000 ms' --timeout-ms 3000
+
+# The TCP store of a torchrun-style launch disappears with its host: rank 0
+# is killed before it serves the store; rank 1 (a separate process, as under
+# torchrun) fails within its 3 s timeout naming the address, not after 120 s.
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$TMP/tcp.tmp"
+start=$SECONDS
+for r in 0 1; do
+  TMPDIR=$TMP/tcp.tmp RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 \
+    MASTER_PORT=$PORT FRAMESHARD_FAULT=0:start:kill \
+    "$BIN" train --data.scale 12 --train.steps 2 --train.timeout_ms 3000 \
+    >"$TMP/tcp$r.out" 2>"$TMP/tcp$r.err" &
+  eval "pid$r=\$!"
+done
+{ wait "$pid0"; } 2>/dev/null
+rc0=$?
+wait "$pid1"
+rc1=$?
+took=$((SECONDS - start))
+[ "$rc0" -eq 137 ] || fail "tcp_store: rank 0 exited $rc0, expected 137 (SIGKILL)"
+[ "$rc1" -ne 0 ] || fail "tcp_store: rank 1 succeeded without its store"
+grep -q "expected all 2 ranks to join through the store at 127.0.0.1:$PORT (hosted by rank 0) within 3000 ms" "$TMP/tcp1.err" ||
+  { fail "tcp_store: rank 1's error does not name the store:"; sed 's/^/  | /' "$TMP/tcp1.err" >&2; }
+[ "$took" -le 20 ] || fail "tcp_store: took $took s, expected at most 20 s"
 
 finish fault_test

@@ -2,7 +2,8 @@
 // backward, on a fresh random workload each step, world 3 (ranks as
 // threads, Gloo): no hang (run_ranks' hang limit), no error, and flat memory
 // (the process's resident set after the warm-up steps grows by less than
-// kRssGrowthBound over the rest of the run).
+// kRssGrowthBound over the rest of the run), and a planted leak fails that
+// bound (so the check can fail).
 //
 // Steps: FRAMESHARD_SOAK_STEPS (default 50, the CI count); the long run is
 //   FRAMESHARD_SOAK_STEPS=1000 build/tests/frameshard_dist_tests
@@ -68,11 +69,22 @@ std::vector<GridThw> step_grid(int64_t step) {
   return grid;
 }
 
-TEST(Soak, ShardedStepsOnRandomWorkloadsKeepMemoryFlat) {
-  const int64_t steps = soak_steps();
-  const int world = 3;
-  int64_t rss_warm = 0;
+struct SoakRun {
+  int64_t steps = 0;
+  double seconds = 0;
+  int64_t rss_warm = 0;  // after kWarmupSteps
   int64_t rss_end = 0;
+  int64_t growth() const {
+    return rss_end - rss_warm;
+  }
+};
+
+// `steps` sharded steps at world 3; each rank keeps `leak_bytes` of every
+// step alive to the end (0: none), as a leak would.
+SoakRun run_soak(int64_t steps, int64_t leak_bytes) {
+  const int world = 3;
+  SoakRun run;
+  run.steps = steps;
   const auto start = std::chrono::steady_clock::now();
   testing::RunRanksOptions ro;
   ro.hang_limit = std::chrono::seconds(60 + steps);
@@ -89,6 +101,7 @@ TEST(Soak, ShardedStepsOnRandomWorkloadsKeepMemoryFlat) {
         o.plan.policy.min_tokens = 0;
         o.plan.policy.min_frames = 0;
         o.plan.min_local_patch_rows = 0;
+        std::vector<at::Tensor> leaked;
         for (int64_t step = 0; step < steps; ++step) {
           const std::vector<GridThw> grid = step_grid(step);
           int64_t rows = 0;
@@ -105,31 +118,58 @@ TEST(Soak, ShardedStepsOnRandomWorkloadsKeepMemoryFlat) {
           const EncodeResult res = encode(fn, pixels, grid_thw, pg, o);
           res.outputs[0].pow(2).sum().backward();
           tower->zero_grad();
+          if (leak_bytes > 0) {
+            // randn writes every byte, so the pages are resident.
+            leaked.push_back(torch::randn({leak_bytes / 8}, torch::kDouble));
+          }
           if (rank == 0 && step + 1 == kWarmupSteps) {
-            rss_warm = resident_bytes();
+            run.rss_warm = resident_bytes();
           }
         }
+        pg->barrier()->wait();
         if (rank == 0) {
-          rss_end = resident_bytes();
+          run.rss_end = resident_bytes();
         }
+        pg->barrier()->wait();
       },
       ro);
-  const double seconds =
+  run.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   std::printf(
-      "soak: %lld steps at world %d in %.1f s; resident set %.1f MB after "
+      "soak: %lld steps at world %d in %.1f s%s; resident set %.1f MB after "
       "%lld warm-up steps, %.1f MB at the end (growth %+.2f MB, bound %lld "
       "MB)\n",
       static_cast<long long>(steps),
       world,
-      seconds,
-      rss_warm / 1048576.0,
+      run.seconds,
+      leak_bytes > 0 ? (", leaking " + std::to_string(leak_bytes) +
+                        " bytes a step on each rank")
+                           .c_str()
+                     : "",
+      run.rss_warm / 1048576.0,
       static_cast<long long>(kWarmupSteps),
-      rss_end / 1048576.0,
-      (rss_end - rss_warm) / 1048576.0,
+      run.rss_end / 1048576.0,
+      run.growth() / 1048576.0,
       static_cast<long long>(kRssGrowthBound >> 20));
-  EXPECT_LT(rss_end - rss_warm, kRssGrowthBound);
+  return run;
+}
+
+TEST(Soak, ShardedStepsOnRandomWorkloadsKeepMemoryFlat) {
+  const SoakRun run = run_soak(soak_steps(), 0);
+  EXPECT_LT(run.growth(), kRssGrowthBound);
+}
+
+// The bound is a real check: a leak planted at twice the smallest rate it
+// can see over this many steps (bound / measured steps, across the three
+// ranks) fails it. At the CI count (50 steps) that is 2.2 MB a step; at the
+// long run's 1,000 steps 68 KB a step.
+TEST(Soak, TheMemoryBoundCatchesAPlantedLeak) {
+  const int64_t steps = soak_steps();
+  const int64_t per_rank = 2 * kRssGrowthBound / (steps - kWarmupSteps) / 3;
+  const SoakRun run = run_soak(steps, per_rank);
+  EXPECT_GE(run.growth(), kRssGrowthBound)
+      << "a leak of " << per_rank << " bytes a step on each of 3 ranks";
 }
 
 }  // namespace

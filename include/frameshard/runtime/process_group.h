@@ -18,7 +18,13 @@
 //   auto cp = frameshard::make_subgroup(store, rank, members, "cp");
 //
 // Collective: every group constructor is collective over the group's members
-// (they rendezvous through the store).
+// (they rendezvous through the store). A rendezvous that cannot complete is
+// an error naming the rank, the store and the timeout, on every rank that
+// waits ("expected all 3 ranks to join through the file store /tmp/s within
+// 60000 ms ..."), never a silent wait; ranks that disagree on the group's
+// size are told at once (the first to reach the store records its size,
+// under the store key "frameshard/group_size"; groups sharing a store use
+// prefix stores, as make_subgroup does).
 //
 // Signals: Gloo writes to its peers' sockets; when a peer has died, such a
 // write raises SIGPIPE, whose default action kills the process. Python (and
