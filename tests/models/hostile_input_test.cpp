@@ -168,6 +168,40 @@ TEST(HostileHfConfig, SizesThatWouldExhaustMemoryNameFieldLimitAndValue) {
       "vision_config.mlp_ratio to be a positive number <= 65536");
 }
 
+// Found by the hf_config fuzz harness's property (tests/fuzz): each factor
+// was within 65536, their product 65536^4 overflowed int64_t in
+// in_features() (UBSan), and smaller products sized the patch embedding.
+TEST(HostileHfConfig, PatchFeaturesBeyondTheLimitAreRefusedBeforeOverflow) {
+  const std::string huge =
+      R"("in_channels": 65536, "temporal_patch_size": 65536, )"
+      R"("patch_size": 65536)";
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(
+            R"({"model_type": "qwen3_vl", "vision_config": {)" + huge + "}}");
+      }),
+      "expected vision_config.in_channels * vision_config.temporal_patch_size "
+      "* vision_config.patch_size^2 (the patch features) <= 65536 in "
+      "config.json, got 65536 * 65536 * 65536^2");
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(
+            R"({"model_type": "qwen2_vl_vision", "patch_size": 1024})");
+      }),
+      "expected in_channels * temporal_patch_size * patch_size^2 (the patch "
+      "features) <= 65536 in config.json, got 3 * 2 * 1024^2");
+  // The limit itself is accepted, and the writer refuses what the parser
+  // would refuse.
+  QwenVisionConfig at_limit = parse_qwen_vision_config(
+      R"({"model_type": "qwen2_5_vl", "vision_config": {"in_channels": 1, )"
+      R"("temporal_patch_size": 1, "patch_size": 256}})");
+  EXPECT_EQ(at_limit.in_features(), 65536);
+  at_limit.as<Qwen2_5VLVisionConfig>().in_channels = 2;
+  expect_short_error(
+      torch_error_of([&] { qwen_vision_config_json(at_limit); }),
+      "qwen_vision_config_json: expected vision_config.in_channels");
+}
+
 TEST(HostileWrite, AWriteThatFailsMidwayLeavesNoTruncatedFile) {
   ScratchDir dir;
   const std::string path = dir.path() + "/out.safetensors";
