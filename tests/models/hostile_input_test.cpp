@@ -167,6 +167,39 @@ TEST(HostileCheckpoint, NestedOrDuplicateIndexJsonIsAnError) {
       "a duplicate key \"weight_map\"");
 }
 
+TEST(HostileCheckpoint, AMegabyteWeightMapKeyGivesAShortMessage) {
+  ScratchDir dir;
+  save_safetensors(dir.path() + "/a.safetensors", {{"a", at::ones({2})}});
+  const std::string index = dir.path() + "/model.safetensors.index.json";
+  const std::string key(1 << 20, 'k');
+  // Not a file name, and a tensor the shard does not hold.
+  for (const std::string& value :
+       {std::string("3"), std::string("\"a.safetensors\"")}) {
+    write_bytes(index, "{\"weight_map\": {\"" + key + "\": " + value + "}}");
+    const std::string m =
+        torch_error_of([&] { SafetensorsCheckpoint::open(dir.path()); });
+    expect_short_error(m, "\"kkkkkkkk");
+  }
+}
+
+TEST(HostileSafetensors, ReadingAMegabyteNamedTensorOfAnUnreadDtypeIsShort) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/u8.safetensors";
+  const std::string name(1 << 20, 'n');
+  write_bytes(
+      path,
+      safetensors_bytes(
+          "{\"" + name +
+          "\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, "
+          "1]}}") +
+          std::string(1, '\0'));
+  const SafetensorsFile f(path);
+  expect_short_error(
+      torch_error_of([&] { f.read(name); }), "in F64, F32, F16, BF16");
+  expect_short_error(
+      torch_error_of([&] { f.read(name + "x"); }), "expected a tensor named");
+}
+
 TEST(HostileHfConfig, NestingDuplicatesAndHugeNumbersAreShortErrors) {
   const std::string head = R"({"model_type": "qwen3_vl", "vision_config": )";
   expect_short_error(
