@@ -83,11 +83,11 @@ TEST(HostileSafetensors, AMegabyteTensorNameGivesAShortMessage) {
       torch_error_of([&] { SafetensorsFile f(path); }), "characters)");
 }
 
-// Found by running hand-made inputs through the safetensors fuzz harness
-// (UBSan; the fuzzer had not reached them in 180 s): the
-// shape product went on multiplying after its overflow was detected (UB,
-// seen by UBSan; the message was right), and JSON integers of 2^63 and more
-// wrapped to negative sizes and offsets.
+// Found by reading the header parser while writing the safetensors fuzz
+// harness (the fuzzer had not reached them in 180 s): the shape product went
+// on multiplying after its overflow was detected (UB, seen by UBSan in the
+// harness; the message was right), and JSON integers of 2^63 and more
+// wrapped to negative sizes and offsets (a misleading error, or UB).
 TEST(HostileSafetensors, SizesAndOffsetsBeyondInt64AreRefusedWithoutWrapping) {
   ScratchDir dir;
   const std::string path = dir.path() + "/big.safetensors";
