@@ -45,7 +45,7 @@ for t in "${targets[@]}"; do
     failed+=("$t")
     grep -E "ERROR|SUMMARY|==[0-9]+==|terminate|what\(\)" "$log" | head -20 >&2 || true
   fi
-  printf 'fuzz: %-12s %4s s  %10s execs  %5s new corpus files  %s\n' \
+  printf 'fuzz: %-17s %4s s  %10s execs  %5s new corpus files  %s\n' \
     "$t" "$(($(date +%s) - start))" "${execs:-?}" "$found" "$result"
 done
 if [ ${#failed[@]} -gt 0 ]; then

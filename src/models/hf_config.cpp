@@ -180,6 +180,40 @@ const json& vision_object(const json& j, bool bare, const std::string& source) {
   return *it;
 }
 
+// The patch features in_channels * temporal_patch_size * patch_size^2 (the
+// patch embedding's input width) at most kMaxVisionInteger: each factor is
+// within its own limit, but their product is not (65536^4 overflows
+// int64_t, and a width of 2^30 sizes the patch embedding).
+template <typename C>
+void check_patch_features(
+    const C& c,
+    const char* fn,
+    const std::string& where,
+    const std::string& in) {
+  const int64_t depth_area = c.in_channels * c.temporal_patch_size;
+  const int64_t patch_area = c.patch_size * c.patch_size;  // <= 2^32 each
+  FRAMESHARD_TORCH_CHECK(
+      depth_area <= kMaxVisionInteger && patch_area <= kMaxVisionInteger &&
+          depth_area * patch_area <= kMaxVisionInteger,
+      fn,
+      "expected ",
+      where,
+      "in_channels * ",
+      where,
+      "temporal_patch_size * ",
+      where,
+      "patch_size^2 (the patch features) <= ",
+      kMaxVisionInteger,
+      in,
+      ", got ",
+      c.in_channels,
+      " * ",
+      c.temporal_patch_size,
+      " * ",
+      c.patch_size,
+      "^2");
+}
+
 std::string read_text(const std::string& path, const char* fn) {
   detail::check_regular_file(path, fn);
   std::ifstream in(path);
@@ -221,6 +255,8 @@ QwenVisionConfig parse_qwen_vision_config(
       kParseFn);
   cfg.visit([&](auto& c) {
     detail::read_fields(reader, fields_of(c), c, type.deepstack);
+    check_patch_features(
+        c, kParseFn, bare ? "" : "vision_config.", " in " + source);
   });
   return cfg;
 }
@@ -252,6 +288,7 @@ std::string qwen_vision_config_json(const QwenVisionConfig& config) {
   detail::FieldWriter writer(vision, bare ? "" : "vision_config", kWriteFn);
   config.visit([&](const auto& c) {
     detail::write_fields(writer, fields_of(c), c, type.deepstack);
+    check_patch_features(c, kWriteFn, bare ? "" : "vision_config.", "");
   });
   json j = bare ? vision : json{{"vision_config", vision}};
   j["model_type"] = config.model_type;

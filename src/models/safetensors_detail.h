@@ -86,7 +86,7 @@ const V& find_tensor(
       it != map.end(),
       owner,
       "expected a tensor named \"",
-      name,
+      ::frameshard::detail::excerpt(name),
       "\" in ",
       source,
       ", got none");

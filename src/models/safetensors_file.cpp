@@ -19,11 +19,17 @@ constexpr const char* kFn = "SafetensorsFile";
 // corrupt length must not make us allocate gigabytes).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
+// At most the first kShownDims dimensions: a shape of 10^5 dimensions must
+// not make a 10^5-number message.
 std::string shape_text(const std::vector<int64_t>& shape) {
+  constexpr size_t kShownDims = 8;
   std::ostringstream os;
   os << "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
+  for (size_t i = 0; i < shape.size() && i < kShownDims; ++i) {
     os << (i ? ", " : "") << shape[i];
+  }
+  if (shape.size() > kShownDims) {
+    os << ", ... (" << shape.size() << " dimensions)";
   }
   os << "]";
   return os.str();
@@ -158,7 +164,7 @@ at::Tensor SafetensorsFile::read(const std::string& name) const {
       e.dtype != at::ScalarType::Undefined,
       fn,
       "expected tensor \"",
-      name,
+      ::frameshard::detail::excerpt(name),
       "\" of ",
       path_,
       " in F64, F32, F16, BF16, I64 or I32, got ",
@@ -177,7 +183,7 @@ at::Tensor SafetensorsFile::read(const std::string& name) const {
         "expected ",
         bytes,
         " bytes of tensor \"",
-        name,
+        ::frameshard::detail::excerpt(name),
         "\" in ",
         path_,
         ", got ",

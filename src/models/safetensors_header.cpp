@@ -20,9 +20,14 @@ using json_detail::json_excerpt;
 using nlohmann::json;
 constexpr const char* kFn = "SafetensorsFile";
 
+// An integer in [0, 2^63 - 1]: JSON unsigned numbers above that would wrap
+// to negative int64_t values (and overflow the size arithmetic).
 bool non_negative_integer(const json& j) {
-  return j.is_number_unsigned() ||
-         (j.is_number_integer() && j.get<int64_t>() >= 0);
+  if (j.is_number_unsigned()) {
+    return j.get<uint64_t>() <=
+           static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  }
+  return j.is_number_integer() && j.get<int64_t>() >= 0;
 }
 
 // The "__metadata__" object: string -> string.
@@ -85,14 +90,20 @@ HeaderEntry parse_entry(
   bool overflow = false;
   for (const auto& d : shape) {
     if (!non_negative_integer(d)) {
-      bad("a \"shape\" list of non-negative integers", json_excerpt(shape));
+      bad("a \"shape\" list of non-negative integers below 2^63",
+          json_excerpt(shape));
     }
     const int64_t n = d.get<int64_t>();
     e.shape.push_back(n);
-    if (n != 0 && h.numel > std::numeric_limits<int64_t>::max() / 64 / n) {
+    // Once it would overflow, stop multiplying (the product is refused
+    // below, as the reference implementation's checked product is, even
+    // when a later dimension is 0); the rest are still checked.
+    if (overflow ||
+        (n != 0 && h.numel > std::numeric_limits<int64_t>::max() / 64 / n)) {
       overflow = true;
+    } else {
+      h.numel *= n;
     }
-    h.numel *= n;
   }
   if (overflow) {
     bad("a shape whose byte size fits in 64 bits", json_excerpt(shape));
@@ -100,7 +111,7 @@ HeaderEntry parse_entry(
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !non_negative_integer(off[0]) ||
       !non_negative_integer(off[1])) {
-    bad("\"data_offsets\" [begin, end] of non-negative integers",
+    bad("\"data_offsets\" [begin, end] of non-negative integers below 2^63",
         json_excerpt(off));
   }
   e.begin = off[0].get<int64_t>();

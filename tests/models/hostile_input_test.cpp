@@ -83,6 +83,57 @@ TEST(HostileSafetensors, AMegabyteTensorNameGivesAShortMessage) {
       torch_error_of([&] { SafetensorsFile f(path); }), "characters)");
 }
 
+// Found by reading the header parser while writing the safetensors fuzz
+// harness (the fuzzer had not reached them in 180 s): the shape product went
+// on multiplying after its overflow was detected (UB, seen by UBSan in the
+// harness; the message was right), and JSON integers of 2^63 and more
+// wrapped to negative sizes and offsets (a misleading error, or UB).
+TEST(HostileSafetensors, SizesAndOffsetsBeyondInt64AreRefusedWithoutWrapping) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/big.safetensors";
+  auto error_of = [&](const std::string& shape, const std::string& offsets) {
+    write_bytes(
+        path,
+        safetensors_bytes(
+            "{\"a\": {\"dtype\": \"F32\", \"shape\": " + shape +
+            ", \"data_offsets\": " + offsets + "}}") +
+            std::string(4, '\0'));
+    return torch_error_of([&] { SafetensorsFile f(path); });
+  };
+  for (const char* shape :
+       {"[4611686018427387904, 4]", "[4611686018427387904, 4, 0]"}) {
+    expect_short_error(
+        error_of(shape, "[0, 4]"), "a shape whose byte size fits in 64 bits");
+  }
+  for (const char* shape :
+       {"[2, 9223372036854775808]", "[18446744073709551615]"}) {
+    expect_short_error(
+        error_of(shape, "[0, 4]"),
+        "a \"shape\" list of non-negative integers below 2^63");
+  }
+  expect_short_error(
+      error_of("[1]", "[18446744073709551615, 3]"),
+      "\"data_offsets\" [begin, end] of non-negative integers below 2^63");
+}
+
+TEST(HostileSafetensors, AShapeOfManyDimensionsGivesAShortMessage) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/dims.safetensors";
+  std::string zeros = "0";
+  for (int i = 1; i < 200000; ++i) {
+    zeros += ",0";
+  }
+  write_bytes(
+      path,
+      safetensors_bytes(
+          "{\"a\": {\"dtype\": \"F32\", \"shape\": [" + zeros +
+          "], \"data_offsets\": [0, 4]}}") +
+          std::string(4, '\0'));
+  expect_short_error(
+      torch_error_of([&] { SafetensorsFile f(path); }),
+      "for shape [0, 0, 0, 0, 0, 0, 0, 0, ... (200000 dimensions)]");
+}
+
 TEST(HostileCheckpoint, AWeightMapEntryOutsideTheDirectoryIsRefused) {
   ScratchDir root;
   const std::string ckpt = root.path() + "/ckpt";
@@ -114,6 +165,39 @@ TEST(HostileCheckpoint, NestedOrDuplicateIndexJsonIsAnError) {
   expect_short_error(
       torch_error_of([&] { SafetensorsCheckpoint::open(dir.path()); }),
       "a duplicate key \"weight_map\"");
+}
+
+TEST(HostileCheckpoint, AMegabyteWeightMapKeyGivesAShortMessage) {
+  ScratchDir dir;
+  save_safetensors(dir.path() + "/a.safetensors", {{"a", at::ones({2})}});
+  const std::string index = dir.path() + "/model.safetensors.index.json";
+  const std::string key(1 << 20, 'k');
+  // Not a file name, and a tensor the shard does not hold.
+  for (const std::string& value :
+       {std::string("3"), std::string("\"a.safetensors\"")}) {
+    write_bytes(index, "{\"weight_map\": {\"" + key + "\": " + value + "}}");
+    const std::string m =
+        torch_error_of([&] { SafetensorsCheckpoint::open(dir.path()); });
+    expect_short_error(m, "\"kkkkkkkk");
+  }
+}
+
+TEST(HostileSafetensors, ReadingAMegabyteNamedTensorOfAnUnreadDtypeIsShort) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/u8.safetensors";
+  const std::string name(1 << 20, 'n');
+  write_bytes(
+      path,
+      safetensors_bytes(
+          "{\"" + name +
+          "\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, "
+          "1]}}") +
+          std::string(1, '\0'));
+  const SafetensorsFile f(path);
+  expect_short_error(
+      torch_error_of([&] { f.read(name); }), "in F64, F32, F16, BF16");
+  expect_short_error(
+      torch_error_of([&] { f.read(name + "x"); }), "expected a tensor named");
 }
 
 TEST(HostileHfConfig, NestingDuplicatesAndHugeNumbersAreShortErrors) {
@@ -166,6 +250,41 @@ TEST(HostileHfConfig, SizesThatWouldExhaustMemoryNameFieldLimitAndValue) {
             R"({"model_type": "qwen2_vl", "vision_config": {"mlp_ratio": 1e300}})");
       }),
       "vision_config.mlp_ratio to be a positive number <= 65536");
+}
+
+// Found while writing the hf_config fuzz harness (its derived-size check
+// fails under UBSan on this input; the fuzzer had not reached it in 180 s):
+// each factor was within 65536, their product 65536^4 overflowed int64_t in
+// in_features(), and smaller products sized the patch embedding.
+TEST(HostileHfConfig, PatchFeaturesBeyondTheLimitAreRefusedBeforeOverflow) {
+  const std::string huge =
+      R"("in_channels": 65536, "temporal_patch_size": 65536, )"
+      R"("patch_size": 65536)";
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(
+            R"({"model_type": "qwen3_vl", "vision_config": {)" + huge + "}}");
+      }),
+      "expected vision_config.in_channels * vision_config.temporal_patch_size "
+      "* vision_config.patch_size^2 (the patch features) <= 65536 in "
+      "config.json, got 65536 * 65536 * 65536^2");
+  expect_short_error(
+      torch_error_of([&] {
+        parse_qwen_vision_config(
+            R"({"model_type": "qwen2_vl_vision", "patch_size": 1024})");
+      }),
+      "expected in_channels * temporal_patch_size * patch_size^2 (the patch "
+      "features) <= 65536 in config.json, got 3 * 2 * 1024^2");
+  // The limit itself is accepted, and the writer refuses what the parser
+  // would refuse.
+  QwenVisionConfig at_limit = parse_qwen_vision_config(
+      R"({"model_type": "qwen2_5_vl", "vision_config": {"in_channels": 1, )"
+      R"("temporal_patch_size": 1, "patch_size": 256}})");
+  EXPECT_EQ(at_limit.in_features(), 65536);
+  at_limit.as<Qwen2_5VLVisionConfig>().in_channels = 2;
+  expect_short_error(
+      torch_error_of([&] { qwen_vision_config_json(at_limit); }),
+      "qwen_vision_config_json: expected vision_config.in_channels");
 }
 
 TEST(HostileWrite, AWriteThatFailsMidwayLeavesNoTruncatedFile) {

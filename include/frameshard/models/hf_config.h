@@ -7,11 +7,11 @@
 // without DeepStack). The vision fields live under "vision_config" (a bare
 // vision config, model_type "<family>_vision", has them at the top level).
 //
-// Limits, checked before anything is sized by them: vision `depth` is at
-// most kMaxVisionDepth (256; released towers have 24 to 32 blocks), every
-// other integer field (widths, heads, window_size, patch sizes...) at most
-// kMaxVisionInteger (65536), mlp_ratio at most kMaxVisionInteger too; the
-// JSON nests at most 64 levels and names each key once.
+// Limits, checked before anything is sized by them: vision `depth` <= 256
+// (kMaxVisionDepth; released towers have 24 to 32 blocks); every other
+// integer field (widths, heads, window_size, patch sizes...), mlp_ratio and
+// the patch features in_channels * temporal_patch_size * patch_size^2 <=
+// kMaxVisionInteger (65536); the JSON nests <= 64 levels, each key once.
 //
 // Usage:
 //   auto cfg = frameshard::models::load_qwen_vision_config("/ckpt/Qwen3-VL");
