@@ -3,6 +3,9 @@
 // floating-point operations matters (softmax and RMSNorm dtypes; rotary
 // tables and interpolation weights are qwen_geometry.cpp).
 #include "models/qwen_blocks.h"
+
+#include <frameshard/models/qwen_config.h>
+
 #include "tower/check.h"
 
 #include <c10/util/Exception.h>
@@ -346,8 +349,51 @@ at::Tensor PatchMergerImpl::forward(const at::Tensor& x) {
   return fc2_(at::gelu(fc1_(y)));
 }
 
+namespace {
+
+// The parameters a tower of this spec allocates, in double (the widths are
+// each at most 2^16, their products overflow int64): per block the
+// attention (4 dim^2) and the MLP (2, or 3 when gated, dim x mlp_hidden);
+// the patch embedding (dim x patch features); the merger ((dim merge^2)^2 +
+// dim merge^2 x out). Norms and biases are lower order.
+double tower_parameters(const TowerSpec& s) {
+  const double dim = static_cast<double>(s.dim);
+  const double mlp = static_cast<double>(s.mlp_hidden);
+  const double merged = dim * static_cast<double>(s.merge * s.merge);
+  const double mlp_mats = s.mlp == MlpStyle::kGated ? 3 : 2;
+  const double patch = static_cast<double>(s.in_channels) *
+                       static_cast<double>(s.temporal_patch_size) *
+                       static_cast<double>(s.patch_size * s.patch_size);
+  return static_cast<double>(s.depth) * (4 * dim * dim + mlp_mats * dim * mlp) +
+         dim * patch + merged * merged + merged * static_cast<double>(s.out);
+}
+
+}  // namespace
+
 void check_tower_spec(const TowerSpec& spec) {
   const TowerSpec& s = spec;
+  // Before any module allocates: a config.json within every per-field limit
+  // (depth 256, widths 65536) can still ask for terabytes.
+  const double params = tower_parameters(s);
+  FRAMESHARD_TORCH_CHECK(
+      params <= static_cast<double>(kMaxTowerParameters),
+      s.name,
+      "expected a tower of at most ",
+      kMaxTowerParameters,
+      " parameters (the largest released Qwen tower has about 0.7e9), got "
+      "about ",
+      params,
+      " (depth ",
+      s.depth,
+      ", width ",
+      s.dim,
+      ", MLP ",
+      s.mlp_hidden,
+      ", merge ",
+      s.merge,
+      ", output ",
+      s.out,
+      ")");
   FRAMESHARD_TORCH_CHECK(
       s.depth >= 1 && s.dim > 0 && s.mlp_hidden > 0 && s.out > 0 &&
           s.in_channels > 0 && s.patch_size > 0 && s.temporal_patch_size > 0 &&

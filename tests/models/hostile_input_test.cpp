@@ -4,6 +4,7 @@
 // escapes the checkpoint directory; a write that fails midway. Each is an
 // error with a short message, never a crash or an input-sized allocation.
 #include <frameshard/models/hf_config.h>
+#include <frameshard/models/qwen_factory.h>
 #include <frameshard/models/safetensors.h>
 
 #include "testing/qwen_fixtures.h"
@@ -14,9 +15,11 @@
 #include <torch/torch.h>
 
 #include <sys/resource.h>
+#include <unistd.h>
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -285,6 +288,44 @@ TEST(HostileHfConfig, PatchFeaturesBeyondTheLimitAreRefusedBeforeOverflow) {
   expect_short_error(
       torch_error_of([&] { qwen_vision_config_json(at_limit); }),
       "qwen_vision_config_json: expected vision_config.in_channels");
+}
+
+// The process's virtual size, to cap allocations just above it.
+rlim_t virtual_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  rlim_t pages = 0;
+  statm >> pages;
+  return pages * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST(HostileHfConfig, ATowerOfTerabytesIsRefusedBeforeAnyAllocation) {
+  // Every field within its own limit (depth 256, widths 65536), 5.8e12
+  // parameters in all. Under an address-space cap of 2 GB more than the
+  // process has, a tower that started allocating would fail differently
+  // (or, uncapped, be OOM-killed); the check comes first.
+  const QwenVisionConfig cfg = parse_qwen_vision_config(
+      R"({"model_type": "qwen2_5_vl", "vision_config": {"depth": 256, )"
+      R"("hidden_size": 65536, "intermediate_size": 65536, "num_heads": 16}})");
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  struct rlimit cap = old;
+  cap.rlim_cur = virtual_bytes() + (rlim_t{2} << 30);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &cap), 0);
+  const std::string m = torch_error_of([&] { make_qwen_vision(cfg); });
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0);
+  expect_short_error(m, "expected a tower of at most 4294967296 parameters");
+  EXPECT_NE(m.find("depth 256, width 65536"), std::string::npos) << m;
+}
+
+TEST(HostileHfConfig, HeadsThatDoNotDivideTheWidthAreRefused) {
+  const QwenVisionConfig cfg = parse_qwen_vision_config(
+      R"({"model_type": "qwen3_vl", "vision_config": {"depth": 1, )"
+      R"("hidden_size": 100, "intermediate_size": 8, "num_heads": 16, )"
+      R"("out_hidden_size": 8}})");
+  expect_short_error(
+      torch_error_of([&] { make_qwen_vision(cfg); }),
+      "expected num_heads dividing the width 100 into heads of a size "
+      "divisible by 4 (2-D rotary), got num_heads 16");
 }
 
 TEST(HostileWrite, AWriteThatFailsMidwayLeavesNoTruncatedFile) {

@@ -32,6 +32,12 @@ std::string to_string(QwenFamily family);
 
 // `rope_theta` is rope_parameters.rope_theta (default 10000).
 
+/// Largest tower, in parameters, that the towers build (2^32, 16 GiB in
+/// float32; the largest released Qwen vision tower has about 0.7e9): each
+/// config field has its own limit (hf_config.h), but depth 256 at width
+/// 65536 would still ask for terabytes. Checked before any allocation.
+constexpr int64_t kMaxTowerParameters = int64_t{1} << 32;
+
 /// Qwen2VLVisionConfig.
 struct Qwen2VLVisionConfig {
   int64_t depth = 32;
