@@ -50,8 +50,13 @@ asan)
     "$dir/tests/frameshard_unit_tests" --gtest_brief=1
   echo "sanitize: asan frameshard_models_tests"
   ASAN_OPTIONS=detect_leaks=1 "$dir/tests/frameshard_models_tests" --gtest_brief=1
+  # Not the soak: its resident-set bound (32 MB growth) does not hold under
+  # ASan, whose quarantine keeps freed memory back by design (measured: +93 MB
+  # over the 50 steps); the soak runs uninstrumented in the dist tier.
   echo "sanitize: asan frameshard_dist_tests"
-  ASAN_OPTIONS=detect_leaks=0 "$dir/tests/frameshard_dist_tests" --gtest_brief=1
+  ASAN_OPTIONS=detect_leaks=0 "$dir/tests/frameshard_dist_tests" --gtest_brief=1 \
+    --gtest_filter='-Soak.*'
+
   ;;
 tsan)
   # Only what the threads run through: the multi-rank tests (every rank a
