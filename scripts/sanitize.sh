@@ -4,9 +4,10 @@
 #
 # Usage: scripts/sanitize.sh core-asan|asan|tsan [extra cmake -D options...]
 #   core-asan  ASan + UBSan, torch-free unit tests only (build-asan-core; no
-#              venv needed): the quick local check of the planning core
+#              venv needed; CI's sanitize tier)
 #   asan       ASan + UBSan: the unit (core and models) and multi-rank dist
-#              tests against .venv's LibTorch (build-asan; CI's sanitize tier)
+#              tests against .venv's LibTorch (build-asan; a manual run: its
+#              cold build, about 53 min here, does not fit CI's budget)
 #   tsan       ThreadSanitizer: the multi-rank dist tests (every rank a thread)
 #              and the two-thread split-frame models test (build-tsan);
 #              FRAMESHARD_TSAN_FILTER narrows the dist tests (gtest filter)
