@@ -49,9 +49,17 @@ endif()
 # warning-free without the sanitizer (src/models/qwen_blocks.cpp, measured).
 # It stays a warning (printed), not an error, in gcc sanitizer builds only;
 # the normal -Werror build still checks our code for it.
+# Under TSan, gcc 12's -Wtsan says "atomic_thread_fence is not supported with
+# -fsanitize=thread" for the fences in the standard library's atomics that
+# torch's headers use (seen in src/runtime/gather.cpp): TSan does not model a
+# stand-alone fence, so a race it reports through one would need a look;
+# the warning stays printed, not an error.
 function(frameshard_sanitize_torch_flags target)
   if(NOT "${_fs_sanitize}" STREQUAL "" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_compile_options(${target} PUBLIC
       $<BUILD_INTERFACE:-Wno-error=maybe-uninitialized>)
+    if(_fs_sanitize MATCHES "thread")
+      target_compile_options(${target} PUBLIC $<BUILD_INTERFACE:-Wno-error=tsan>)
+    endif()
   endif()
 endfunction()
