@@ -73,6 +73,11 @@ tsan)
   # lock-order report shows both acquisitions. The suppressions file covers
   # only races inside uninstrumented third-party code (reason per entry).
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
+  # torch's intra-op OpenMP threads synchronise inside libgomp, which is not
+  # instrumented: TSan reported its own fork/join as a race (a memset in
+  # cpu_flash_attention on a buffer the caller allocated, measured). The
+  # threads under test are the ranks, not torch's intra-op pool.
+  export OMP_NUM_THREADS=1
   # TSan's shadow memory layout needs the address space it expects; with a
   # high mmap ASLR entropy (vm.mmap_rnd_bits above 28, e.g. 32 on recent
   # kernels) gcc 12's runtime stops with "FATAL: ThreadSanitizer: unexpected
