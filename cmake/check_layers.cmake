@@ -13,7 +13,12 @@
 #   parity   (internal parity harness) no model: towers come from a factory
 #   train    (src/train, include/frameshard/train) may include any of the
 #            above; none of them may include it
-# Upper layers (tools/, tests/, bench/, python/) may include any.
+#   dist_tests  the runtime's multi-rank tests (tests/dist/*) and their
+#            helpers (tests/testing/*, but for the Qwen fixtures): no model,
+#            so frameshard_dist_tests builds (and the sanitizer tiers build
+#            it) without the models layer; tests/dist/towers/ may include
+#            any (the Qwen towers, the toy tower)
+# Other upper layers (tools/, tests/, bench/, python/) may include any.
 
 if(NOT FRAMESHARD_LAYERS_ROOT)
   message(FATAL_ERROR "check_layers: set FRAMESHARD_LAYERS_ROOT")
@@ -38,11 +43,13 @@ set(_layer_runtime_globs src/runtime/*.cpp src/runtime/*.h
 set(_layer_runtime_rule "${_models}|${_train}")
 set(_layer_parity_globs src/parity/*.cpp src/parity/*.h)
 set(_layer_parity_rule "${_models}|${_train}")
+set(_layer_dist_tests_globs tests/dist/*.cpp tests/testing/*.cpp tests/testing/*.h)
+set(_layer_dist_tests_rule "${_models}|${_train}|qwen_fixtures\\.h")
 # Top-level headers that are not core: the tower contract and the umbrella.
 set(_core_exempt include/frameshard/tower.h include/frameshard/frameshard.h)
 
 set(_violations "")
-foreach(layer core tower models runtime parity)
+foreach(layer core tower models runtime parity dist_tests)
   set(_files "")
   foreach(g IN LISTS _layer_${layer}_globs)
     file(GLOB _found RELATIVE ${FRAMESHARD_LAYERS_ROOT}
@@ -51,6 +58,9 @@ foreach(layer core tower models runtime parity)
   endforeach()
   if(layer STREQUAL "core")
     list(REMOVE_ITEM _files ${_core_exempt})
+  elseif(layer STREQUAL "dist_tests")
+    list(REMOVE_ITEM _files tests/testing/qwen_fixtures.cpp
+         tests/testing/qwen_fixtures.h)
   endif()
   foreach(f IN LISTS _files)
     file(STRINGS ${FRAMESHARD_LAYERS_ROOT}/${f} _includes

@@ -37,12 +37,12 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFRAMESHARD_PYTHON="$python" 
   -DFRAMESHARD_WITH_NCCL=AUTO "${prefix_path[@]}" >"$build.configure.log" 2>&1 ||
   { tail -30 "$build.configure.log"; exit 2; }
 grep "frameshard:" "$build.configure.log" || true
-cmake --build "$build" -j "$(nproc)" --target frameshard_dist_tests frameshard_vision_ab \
+cmake --build "$build" -j "$(nproc)" --target frameshard_dist_tower_tests frameshard_vision_ab \
   frameshard_cli
 echo "gpu-check: built in $(($(date +%s) - start)) s"
 
 echo "== CUDA parity tests (world 2 and 3 as the tests define)"
-"$build/tests/frameshard_dist_tests" --gtest_filter='CudaRanks.*'
+"$build/tests/frameshard_dist_tower_tests" --gtest_filter='CudaRanks.*'
 
 echo "== vision A/B, bfloat16, qwen2-vl width 1280, depth $depth, world $world"
 "$build/bench/frameshard_vision_ab" --family qwen2-vl --depth "$depth" --preset mixed \

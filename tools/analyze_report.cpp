@@ -10,25 +10,6 @@
 namespace frameshard {
 namespace cli {
 
-namespace {
-
-std::string policy_text(const PolicyOptions& p) {
-  if (p.kind == PolicyKind::kAuto) {
-    char buf[96];
-    std::snprintf(
-        buf,
-        sizeof(buf),
-        "auto (saving > gather at %.4g GB/s, %lld B/row)",
-        p.gather_bandwidth_gbps,
-        static_cast<long long>(p.gather_row_bytes));
-    return buf;
-  }
-  return "threshold (min_tokens " + std::to_string(p.min_tokens) +
-         ", min_frames " + std::to_string(p.min_frames) + ")";
-}
-
-}  // namespace
-
 void print_analysis(
     std::ostream& os, const AnalyzeContext& ctx, const WorkloadAnalysis& a) {
   os << "analyze " << ctx.manifest << ": " << ctx.samples << " samples ("
@@ -37,7 +18,7 @@ void print_analysis(
      << " processor\n"
      << "  " << a.frame_units << " frame units, " << a.patch_rows
      << " patch rows, " << a.tokens << " visual tokens\n"
-     << "  policy " << policy_text(ctx.plan.policy) << "; cost "
+     << "  policy " << describe_policy(ctx.plan.policy) << "; cost "
      << ctx.plan.cost.label << "\n"
      << "  speedup = replicated vision cost / sharded (slowest rank); "
         "+gather adds the modelled gather at "

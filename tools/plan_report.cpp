@@ -89,9 +89,8 @@ void print_header(std::ostream& os, const PlanReport& rep) {
      << plan.options.min_local_patch_rows << ", split_frames "
      << (plan.options.split.enabled ? "true" : "false") << ", fingerprint "
      << fingerprint_hex(plan.fingerprint) << "\n";
-  os << "policy       " << rep.policy_note << "; min_tokens "
-     << plan.options.policy.min_tokens << ", min_frames "
-     << plan.options.policy.min_frames << "\n";
+  os << "policy       " << rep.policy_note << "; "
+     << describe_policy(plan.options.policy) << "\n";
   os << "path         " << to_string(plan.path) << " (" << plan.reason << ")\n";
   if (!plan.sharded()) {
     os << "             the partition below is what sharding over cp "
@@ -268,11 +267,19 @@ nlohmann::json plan_json(const PlanReport& rep) {
   j["cost_model"] = plan.options.cost.label;
   j["effective_alpha"] = plan.options.cost.effective_alpha();
   j["min_local_patch_rows"] = plan.options.min_local_patch_rows;
+  const PolicyOptions& policy = plan.options.policy;
   j["policy"] = {
-      {"enabled", plan.options.policy.enabled},
-      {"min_tokens", plan.options.policy.min_tokens},
-      {"min_frames", plan.options.policy.min_frames},
+      {"enabled", policy.enabled},
+      {"kind", to_string(policy.kind)},
       {"note", rep.policy_note}};
+  // Only the fields the policy's kind reads.
+  if (policy.kind == PolicyKind::kThreshold) {
+    j["policy"]["min_tokens"] = policy.min_tokens;
+    j["policy"]["min_frames"] = policy.min_frames;
+  } else {
+    j["policy"]["gather_bandwidth_gbps"] = policy.gather_bandwidth_gbps;
+    j["policy"]["gather_row_bytes"] = policy.gather_row_bytes;
+  }
   j["path"] = to_string(plan.path);
   j["reason"] = plan.reason;
   j["media"] = f.grid.size();

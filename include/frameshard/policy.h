@@ -65,6 +65,11 @@ struct PolicyOptions {
   int64_t gather_row_bytes = 4096 * 2;                         // auto
 };
 
+/// The rule `options` applies, in one phrase for reports: "threshold
+/// (min_tokens 2048, min_frames 32)" or "auto (saving > gather at 25 GB/s,
+/// 8192 B/row)" (only the fields that kind reads).
+std::string describe_policy(const PolicyOptions& options);
+
 /// What the auto policy weighed, in seconds.
 struct PolicyEstimate {
   double replicated_seconds = 0.0;  // every unit on one rank

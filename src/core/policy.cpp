@@ -22,6 +22,21 @@ std::string to_string(PolicyKind kind) {
   return kind == PolicyKind::kAuto ? "auto" : "threshold";
 }
 
+std::string describe_policy(const PolicyOptions& options) {
+  if (options.kind == PolicyKind::kAuto) {
+    char buf[96];
+    std::snprintf(
+        buf,
+        sizeof(buf),
+        "auto (saving > gather at %.4g GB/s, %lld B/row)",
+        options.gather_bandwidth_gbps,
+        static_cast<long long>(options.gather_row_bytes));
+    return buf;
+  }
+  return "threshold (min_tokens " + std::to_string(options.min_tokens) +
+         ", min_frames " + std::to_string(options.min_frames) + ")";
+}
+
 PolicyKind parse_policy_kind(const std::string& name, const char* field) {
   if (name == "threshold") {
     return PolicyKind::kThreshold;

@@ -359,11 +359,13 @@ namespace {
 double tower_parameters(const TowerSpec& s) {
   const double dim = static_cast<double>(s.dim);
   const double mlp = static_cast<double>(s.mlp_hidden);
-  const double merged = dim * static_cast<double>(s.merge * s.merge);
+  const double merge = static_cast<double>(s.merge);
+  const double merged = dim * merge * merge;
   const double mlp_mats = s.mlp == MlpStyle::kGated ? 3 : 2;
   const double patch = static_cast<double>(s.in_channels) *
                        static_cast<double>(s.temporal_patch_size) *
-                       static_cast<double>(s.patch_size * s.patch_size);
+                       static_cast<double>(s.patch_size) *
+                       static_cast<double>(s.patch_size);
   return static_cast<double>(s.depth) * (4 * dim * dim + mlp_mats * dim * mlp) +
          dim * patch + merged * merged + merged * static_cast<double>(s.out);
 }

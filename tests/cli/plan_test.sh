@@ -169,6 +169,19 @@ plan_json "thresholds keep a small workload replicated" \
   --workload "$ENTRIES" --cp 2 "--$FS.min_frames" 100 &&
   check "small workload: replicated below both thresholds" \
     'j["path"] == "replicated" and "min_tokens" in j["reason"]'
+plan_json "policy auto" --workload "$ENTRIES" --cp 2 "--$FS.policy" auto &&
+  check "policy auto: its own fields, not the thresholds it ignores" \
+    'j["policy"]["kind"] == "auto" and "gather_bandwidth_gbps" in j["policy"] and "min_tokens" not in j["policy"]'
+plan_json "policy threshold" --workload "$ENTRIES" --cp 2 &&
+  check "policy threshold: its thresholds" \
+    'j["policy"]["kind"] == "threshold" and j["policy"]["min_tokens"] == 2048 and "gather_row_bytes" not in j["policy"]'
+if out=$("$BIN" plan --workload "$ENTRIES" --cp 2 "--$FS.policy" auto 2>&1) &&
+  grep -q "^policy .*auto (saving > gather" <<<"$out" && ! grep -q "min_tokens" <<<"$out"; then
+  pass "policy auto: the text names the auto rule, not min_tokens"
+else
+  echo "$out" | head -n 8
+  fail "policy auto: the text names the auto rule, not min_tokens"
+fi
 plan_json "min_local_patch_rows 0" --workload "$ENTRIES" --cp 2 "--$FS.min_local_patch_rows" 0 &&
   check "floor off: no pad frames" 'all(r["pad_frames"] == 0 for r in j["ranks"])'
 

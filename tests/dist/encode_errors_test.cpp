@@ -377,7 +377,9 @@ TEST(EncodeErrors, FrozenTowerOverAWiderGroupIsAllowed) {
   const auto ref =
       test_tower(params, whole_frames_input(pixels, kMixedGrid), 2);
   std::vector<double> diffs(4, 1.0);
-  std::vector<bool> sharded(4, false);
+  // One byte per rank: std::vector<bool> packs the ranks' flags into shared
+  // words, a data race between the rank threads (ThreadSanitizer saw it).
+  std::vector<char> sharded(4, 0);
   run_ranks(4, [&](int rank, ProcessGroupPtr pg) {
     const TestTowerParams frozen = leaf_copy(params, false);
     EncodeOptions eo;

@@ -19,6 +19,8 @@ violate() {  # violate <file> <include line> <expected text in the error>
   rm -rf "$TMP/tree"
   mkdir -p "$TMP/tree"
   cp -r "$ROOT/src" "$ROOT/include" "$TMP/tree/"
+  mkdir -p "$TMP/tree/tests"
+  cp -r "$ROOT/tests/dist" "$ROOT/tests/testing" "$TMP/tree/tests/"
   mkdir -p "$(dirname "$TMP/tree/$1")"
   printf '%s\n' "$2" >>"$TMP/tree/$1"
   if out=$(check "$TMP/tree" 2>&1); then
@@ -43,5 +45,18 @@ violate src/runtime/encode.cpp '#include "models/qwen_blocks.h"' 'runtime must n
 violate src/tower/tower.cpp '#include <frameshard/runtime/encode.h>' 'tower must not include'
 violate src/tower/new_file.cpp '#include "runtime/consensus.h"' 'src/tower/new_file.cpp: tower must not include'
 violate src/parity/run_rank.cpp '#include <frameshard/models/toy_tower.h>' 'src/parity/run_rank.cpp: parity must not include <frameshard/models/toy_tower.h>'
+violate tests/dist/gather_test.cpp '#include <frameshard/models/toy_tower.h>' 'tests/dist/gather_test.cpp: dist_tests must not include <frameshard/models/toy_tower.h>'
+violate tests/testing/run_ranks.h '#include "testing/qwen_fixtures.h"' 'dist_tests must not include "testing/qwen_fixtures.h"'
+# The towers' multi-rank tests may (and do) include the models layer.
+rm -rf "$TMP/tree" && mkdir -p "$TMP/tree/tests" && cp -r "$ROOT/src" "$ROOT/include" "$TMP/tree/" &&
+  cp -r "$ROOT/tests/dist" "$ROOT/tests/testing" "$TMP/tree/tests/" &&
+  printf '%s\n' '#include <frameshard/models/toy_tower.h>' >>"$TMP/tree/tests/dist/towers/new_test.cpp"
+if ! out=$(check "$TMP/tree" 2>&1); then
+  echo "FAIL: a models include in tests/dist/towers/ was rejected:" >&2
+  echo "$out" >&2
+  fail=1
+else
+  echo "ok: accepted a models include in tests/dist/towers/"
+fi
 [ "$fail" -eq 0 ] || exit 1
 echo "layers_test: all checks passed"

@@ -3,7 +3,7 @@
 // (t, h, w) equals encoding its t frames one at a time, 1e-12); then the
 // family specifics: DeepStack output order, Qwen3.5 without DeepStack,
 // Qwen2.5-VL's window attention. Sharded-vs-replicated parity over ranks
-// is tests/dist/qwen_towers_test.cpp.
+// is tests/dist/towers/qwen_towers_test.cpp.
 
 #include <frameshard/models/qwen_vision.h>
 

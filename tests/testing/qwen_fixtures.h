@@ -1,7 +1,7 @@
 // File: tests/testing/qwen_fixtures.h
 //
 // Shared fixtures of the Qwen tower tests (tests/models/*, the multi-rank
-// tests/dist/qwen_towers_test.cpp): tiny configs of every family, random
+// tests/dist/towers/qwen_towers_test.cpp): tiny configs of every family, random
 // towers, tower runs on a grid, model directories as Hugging Face writes
 // them, and comparison helpers.
 //

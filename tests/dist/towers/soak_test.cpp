@@ -6,7 +6,7 @@
 // bound (so the check can fail).
 //
 // Steps: FRAMESHARD_SOAK_STEPS (default 50, the CI count); the long run is
-//   FRAMESHARD_SOAK_STEPS=1000 build/tests/frameshard_dist_tests
+//   FRAMESHARD_SOAK_STEPS=1000 build/tests/frameshard_dist_tower_tests
 //   --gtest_filter='Soak.*'
 // It prints the steps, the seconds and the resident set at the end of the
 // warm-up and of the run (docs/reliability.md lists the measured ones).
