@@ -24,7 +24,9 @@ nlohmann::json pieces_json(const ShardPlan& plan, const RankShard& rank) {
     const int64_t unit = unit_of(rank, p);
     out.push_back(
         {{"unit", unit},
-         {"rows", {p.begin, p.end}},
+         {"frame", p.frame},
+         {"begin", p.begin},
+         {"end", p.end},
          {"of", frame_rows(plan, unit)}});
   }
   return out;

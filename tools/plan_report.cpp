@@ -1,6 +1,7 @@
 // The report of `frameshard plan`: the per-rank table, the JSON object and
 // the SVG chart (tools/plan_report.h).
 #include "plan_report.h"
+#include "pieces_report.h"
 
 #include <frameshard/error.h>
 #include <frameshard/xml.h>
@@ -226,14 +227,6 @@ nlohmann::json ranks_json(const ShardPlan& plan) {
     for (const GridThw& g : r.grid) {
       grid.push_back({g.t, g.h, g.w});
     }
-    nlohmann::json pieces = nlohmann::json::array();
-    for (const FramePiece& p : r.pieces) {
-      pieces.push_back(
-          {{"unit", r.units[static_cast<std::size_t>(p.frame)]},
-           {"frame", p.frame},
-           {"begin", p.begin},
-           {"end", p.end}});
-    }
     ranks.push_back({
         {"rank", r.rank},
         {"units", r.units.size()},
@@ -246,7 +239,7 @@ nlohmann::json ranks_json(const ShardPlan& plan) {
         {"local_patch_rows", r.local_patch_rows},
         {"local_tokens", r.local_tokens},
         {"grid", grid},
-        {"pieces", pieces},
+        {"pieces", pieces_json(plan, r)},
         {"exchange_rows", r.exchange_rows},
     });
   }

@@ -212,7 +212,13 @@ all(p["end"] > p["begin"] for r in j["ranks"] for p in r["pieces"]) and
 sum(r["patch_rows"] for r in j["ranks"]) == j["patch_rows"] and
 sum(j["gather_counts"]) == j["tokens"])' &&
   check "split: exchange rows are summed over ranks" \
-    'j["exchange_rows"] == sum(r["exchange_rows"] for r in j["ranks"]) > 0'
+    'j["exchange_rows"] == sum(r["exchange_rows"] for r in j["ranks"]) > 0' &&
+  check "split: each cut frame's pieces tile [0, of) in rank order" '(
+{p["unit"] for r in j["ranks"] for p in r["pieces"]} and
+all((lambda ps: ps[0]["begin"] == 0 and ps[-1]["end"] == ps[0]["of"] and
+                all(a["end"] == b["begin"] for a, b in zip(ps, ps[1:])))(
+        [p for r in j["ranks"] for p in r["pieces"] if p["unit"] == u])
+    for u in {p["unit"] for r in j["ranks"] for p in r["pieces"]}))'
 plan_json "split by dotted override" --preset doc --cp 8 "--$FS.split_frames" true &&
   check "the override splits like the flag" 'j["split"] and j["split_frames"]'
 plan_json "split off" --preset doc --cp 8 &&
