@@ -15,6 +15,7 @@
 #include "testing/run_ranks.h"
 #include "testing/tensors.h"
 #include "testing/test_tower.h"
+#include "testing/token_owners.h"
 #include "testing/torch_error.h"
 
 #include <gtest/gtest.h>
@@ -29,19 +30,8 @@ namespace {
 using testing::kMixedGrid;
 using testing::kTestFeatures;
 using testing::sharding_options;
+using testing::spread_token_owners;
 using testing::test_tower_factory;
-
-// Visual tokens spread through a sequence with text between them: token i
-// at position 2i + 1, padded to a multiple of 2 * world.
-std::vector<int64_t> owners_of(int64_t tokens, int world, SequenceSplit split) {
-  std::vector<int64_t> pos(static_cast<size_t>(tokens));
-  for (int64_t i = 0; i < tokens; ++i) {
-    pos[static_cast<size_t>(i)] = 2 * i + 1;
-  }
-  const int64_t pad = 2 * world;
-  const int64_t seq = (2 * tokens + pad - 1) / pad * pad;
-  return visual_token_owners(pos, seq, world, split);
-}
 
 struct OwnerCase {
   std::vector<GridThw> grid = kMixedGrid;
@@ -60,7 +50,7 @@ testing::ParityRun run_owner(const OwnerCase& c) {
   spec.in_features = kTestFeatures;
   spec.seed = 5;
   const FrameSet frames = expand_frames(c.grid, spec.plan.layout);
-  spec.token_owner = owners_of(frames.total_tokens, c.world, c.split);
+  spec.token_owner = spread_token_owners(frames.total_tokens, c.world, c.split);
   spec.route_to_owner = c.route;
   return testing::run_parity(spec, test_tower_factory(c.outputs));
 }
@@ -82,17 +72,12 @@ TEST(OwnerRoute, EachRankReceivesExactlyItsRowsWithReplicatedGradients) {
       SCOPED_TRACE("world " + std::to_string(world) + ", " + to_string(split));
       ASSERT_TRUE(run.report.plan.sharded());
       expect_parity(run);
-      const auto owner =
-          owners_of(run.report.plan.frames.total_tokens, world, split);
+      const auto owner = spread_token_owners(
+          run.report.plan.frames.total_tokens, world, split);
       for (int q = 0; q < world; ++q) {
         const auto& res = run.ranks[q].encode;
         // Only the owned rows arrive, in ascending token order.
-        std::vector<int64_t> want;
-        for (size_t t = 0; t < owner.size(); ++t) {
-          if (owner[t] == q) {
-            want.push_back(static_cast<int64_t>(t));
-          }
-        }
+        const std::vector<int64_t> want = testing::tokens_owned_by(owner, q);
         EXPECT_EQ(res.tokens, want) << "rank " << q;
         EXPECT_EQ(res.outputs[0].size(0), static_cast<int64_t>(want.size()));
         // And fewer bytes than the all-gather would bring.
@@ -202,8 +187,8 @@ TEST(OwnerRoute, AnOwnerMapOfTheWrongSizeRaisesOnEveryRank) {
       testing::run_ranks_collect(world, [&](int rank, ProcessGroupPtr pg) {
         EncodeOptions o;
         o.plan = sharding_options(world);
-        o.token_owner =
-            owners_of(frames.total_tokens, world, SequenceSplit::kContiguous);
+        o.token_owner = spread_token_owners(
+            frames.total_tokens, world, SequenceSplit::kContiguous);
         if (rank == 1) {
           o.token_owner.pop_back();
         }

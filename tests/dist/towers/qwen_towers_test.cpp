@@ -10,7 +10,7 @@
 // Python fixture test's job (it runs `frameshard encode` on HF-saved tiny
 // models). Split frames (a frame cut across ranks, keys and values
 // exchanged in every full-attention layer): one frame over 2-4 ranks, next
-// to whole frames, a video frame, float32.
+// to whole frames, a video frame, float32, routed to the tokens' owners.
 
 #include <frameshard/models/cost_bridge.h>
 #include <frameshard/models/qwen_vision.h>
@@ -19,6 +19,7 @@
 #include "testing/parity_ranks.h"
 #include "testing/qwen_fixtures.h"
 #include "testing/test_tower.h"
+#include "testing/token_owners.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -45,6 +46,7 @@ struct ParityResult {
   parity::ParityReport report;
   std::vector<int> alltoalls_forward;
   std::vector<int64_t> rows_seen;
+  std::vector<std::vector<int64_t>> tokens;  // each rank's received tokens
 };
 
 // The parity harness (src/parity) on a random float64 tower of `cfg` over
@@ -52,25 +54,39 @@ struct ParityResult {
 // ranks against the replicated tower, rank-specific losses on different rows
 // (rows i % world == r), and the slice-only control. Also counts each rank's
 // forward all-to-alls (DeepStack must travel in the same one).
-// `split`: plan with split frames (pieces on the tower's window rows).
+struct RunOptions {
+  bool split = false;  // plan with split frames (pieces on window rows)
+  at::ScalarType dtype = at::kDouble;
+  // Each rank receives only the tokens its (load-balanced) sequence shard
+  // holds (frameshard/owner_route.h) instead of the gather's every row;
+  // rank q's loss then uses exactly those.
+  bool route_to_owner = false;
+};
+
 ParityResult sharded_parity(
     const QwenVisionConfig& cfg,
     const std::vector<GridThw>& grid,
     int world,
     uint64_t seed,
-    bool split = false,
-    at::ScalarType dtype = at::kDouble) {
+    const RunOptions& opt = {}) {
   parity::ParitySpec spec;
   spec.grid = grid;
   spec.plan = frameshard::testing::sharding_options(world);
   spec.plan.layout = media_layout(cfg);
   spec.plan.cost = flop_cost_model(tower_dims(cfg));
-  spec.plan.split.enabled = split;
+  spec.plan.split.enabled = opt.split;
   spec.plan.split.window_side = split_window_side(cfg);
   // Tiny widths: a row's compute is a few hundred cost units, below the
   // default exchange cost of a bf16 row at realistic widths.
   spec.plan.split.exchange_row_cost = 1.0;
-  spec.dtype = dtype;
+  spec.dtype = opt.dtype;
+  if (opt.route_to_owner) {
+    spec.token_owner = frameshard::testing::spread_token_owners(
+        expand_frames(grid, spec.plan.layout).total_tokens,
+        world,
+        SequenceSplit::kLoadBalanced);
+    spec.route_to_owner = true;
+  }
   spec.in_features = cfg.in_features();
   spec.seed = seed;
   spec.normalize_weights = true;
@@ -95,6 +111,7 @@ ParityResult sharded_parity(
   res.report = run.report;
   for (const auto& r : run.ranks) {
     res.rows_seen.push_back(r.figures.tower_rows);
+    res.tokens.push_back(r.encode.tokens);
   }
   return res;
 }
@@ -158,7 +175,7 @@ void expect_split_parity(
     const std::vector<GridThw>& grid,
     int world,
     uint64_t seed) {
-  const auto r = sharded_parity(cfg, grid, world, seed, /*split=*/true);
+  const auto r = sharded_parity(cfg, grid, world, seed, {/*split=*/true});
   const parity::ParityReport& rep = r.report;
   ASSERT_TRUE(rep.plan.sharded());
   ASSERT_TRUE(rep.plan.split) << "world " << world << ": nothing was split";
@@ -198,12 +215,41 @@ TEST_P(QwenFamilyTest, VideoFrameSplitMatchesReplicated) {
 TEST_P(QwenFamilyTest, SplitFramesFloat32WithinBound) {
   const auto cfg = tiny_config(GetParam());
   const auto r = sharded_parity(
-      cfg, {{1, 16, 16}, {1, 4, 4}}, 2, 70, /*split=*/true, at::kFloat);
+      cfg, {{1, 16, 16}, {1, 4, 4}}, 2, 70, {/*split=*/true, at::kFloat});
   ASSERT_TRUE(r.report.plan.split);
   EXPECT_LE(r.report.max_output_diff(), 1e-5);
   EXPECT_LE(
       r.report.max_gradient_diff(),
       1e-5 * std::max(1.0, r.report.gradient_scale()));
+}
+
+// Owner routing with a split frame: each rank receives only the tokens its
+// sequence shard holds, some of them encoded as pieces on other ranks, and
+// outputs and gradients still equal the replicated tower's. The owner
+// all-to-all replaces the gather (one per forward, plus the exchanges).
+TEST_P(QwenFamilyTest, SplitFramesRoutedToOwnersMatchReplicated) {
+  const auto cfg = tiny_config(GetParam());
+  const std::vector<GridThw> grid = {{1, 4, 4}, {1, 24, 16}, {1, 8, 4}};
+  const int world = 3;
+  RunOptions opt;
+  opt.split = true;
+  opt.route_to_owner = true;
+  const auto r = sharded_parity(cfg, grid, world, 80, opt);
+  const parity::ParityReport& rep = r.report;
+  ASSERT_TRUE(rep.plan.split) << "nothing was split";
+  EXPECT_LE(rep.max_output_diff(), 1e-12);
+  EXPECT_LE(
+      rep.max_gradient_diff(), 1e-12 * std::max(1.0, rep.gradient_scale()));
+  ASSERT_TRUE(rep.slice_only_diff.has_value());
+  EXPECT_GT(*rep.slice_only_diff, 1e-3) << "the losses must discriminate";
+  const auto owner = frameshard::testing::spread_token_owners(
+      rep.plan.frames.total_tokens, world, SequenceSplit::kLoadBalanced);
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_EQ(r.tokens[rank], frameshard::testing::tokens_owned_by(owner, rank))
+        << "rank " << rank;
+    EXPECT_EQ(r.alltoalls_forward[rank], 1 + full_attention_layers(cfg))
+        << "rank " << rank;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
