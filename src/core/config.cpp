@@ -1,5 +1,6 @@
-// The YAML configuration: one rule table drives parsing of files, dotted
-// overrides and validate(), so each field is checked in exactly one place.
+// The YAML configuration: one rule table (config_rules.cpp) drives parsing
+// of files, dotted overrides and validate(), so each field is checked in
+// exactly one place; this file walks documents and paths through it.
 #include <frameshard/config.h>
 
 #include <frameshard/cost.h>
@@ -7,6 +8,7 @@
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>
 
+#include "core/config_rules.h"
 #include "core/config_values.h"
 
 #include <yaml-cpp/yaml.h>
@@ -26,208 +28,9 @@ namespace {
 
 using namespace config_detail;  // NOLINT: the rule table reads through them
 
-// ---------------------------------------------------------- rule table
-
-// One leaf of the schema: how to read it from YAML (type checks, then the
-// value check) and how to re-check a value set from code (validate()).
-struct Rule {
-  std::string path;
-  std::function<void(
-      const YAML::Node&, const std::string&, Config&, const Source&)>
-      read;
-  std::function<void(const Config&, const std::string&)> check;
-};
-
-std::string fs_key(const char* leaf) {
-  return std::string(kFrameShardingPath) + "." + leaf;
-}
-
-std::vector<Rule> build_rules() {
-  std::vector<Rule> rules;
-  // `field` is a generic lambda returning the member, so one accessor
-  // serves both the reader (Config&) and the check (const Config&).
-  auto add_int = [&rules](
-                     std::string path,
-                     int64_t min_value,
-                     auto field,
-                     int64_t max_value = kNoMax) {
-    Rule r;
-    r.path = std::move(path);
-    r.read = [min_value, max_value, field](
-                 const YAML::Node& n,
-                 const std::string& p,
-                 Config& c,
-                 const Source& s) {
-      field(c) = read_int(n, min_value, p, s, max_value);
-    };
-    r.check = [min_value, max_value, field](
-                  const Config& c, const std::string& p) {
-      check_int(field(c), min_value, p, "", max_value);
-    };
-    rules.push_back(std::move(r));
-  };
-  // A string that is one of two words ("all or owner").
-  auto add_choice =
-      [&rules](
-          std::string path, const char* first, const char* second, auto field) {
-        const std::string expected = std::string(first) + " or " + second;
-        auto ok = [first, second](const std::string& v) {
-          return v == first || v == second;
-        };
-        Rule r;
-        r.path = std::move(path);
-        r.read = [expected, ok, field](
-                     const YAML::Node& n,
-                     const std::string& p,
-                     Config& c,
-                     const Source& s) {
-          const std::string v = read_string(n, expected, p, s);
-          if (!ok(v)) {
-            config_error(p, expected, render(n), s.at(n));
-          }
-          field(c) = v;
-        };
-        r.check = [expected, ok, field](const Config& c, const std::string& p) {
-          if (!ok(field(c))) {
-            config_error(p, expected, quote(field(c)));
-          }
-        };
-        rules.push_back(std::move(r));
-      };
-  add_int(
-      "distributed.cp_size",
-      1,
-      [](auto& c) -> auto& { return c.cp_size; },
-      kMaxWorld);
-  add_int(
-      "distributed.dp_size", 1, [](auto& c) -> auto& { return c.dp_size; });
-  add_int(
-      "distributed.tp_size", 1, [](auto& c) -> auto& { return c.tp_size; });
-
-  rules.push_back(Rule{
-      fs_key("enabled"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) { c.frame_sharding.enabled = read_bool(n, p, s); },
-      [](const Config&, const std::string&) {}});
-  rules.push_back(Rule{
-      fs_key("mesh_dims"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) {
-        c.frame_sharding.mesh_dims = read_mesh_dims(n, p, s);
-      },
-      [](const Config& c, const std::string& p) {
-        const auto& d = c.frame_sharding.mesh_dims;
-        check_mesh_dims(d, "[" + join(d) + "]", p);
-      }});
-  add_int(
-      fs_key("min_tokens"), 0, [](auto& c) -> auto& {
-        return c.frame_sharding.min_tokens;
-      });
-  add_int(
-      fs_key("min_frames"), 0, [](auto& c) -> auto& {
-        return c.frame_sharding.min_frames;
-      });
-  add_int(
-      fs_key("min_local_patch_rows"),
-      0,
-      [](auto& c) -> auto& { return c.frame_sharding.min_local_patch_rows; },
-      kMaxMinLocalPatchRows);
-  rules.push_back(Rule{
-      fs_key("cost_alpha"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) {
-        c.frame_sharding.cost_alpha =
-            read_cost_alpha(n, c.frame_sharding.tower, p, s);
-      },
-      [](const Config& c, const std::string& p) {
-        const auto& fs = c.frame_sharding;
-        check_cost_alpha(fs.cost_alpha, fs.tower, fs.cost_alpha, p);
-      }});
-  rules.push_back(Rule{
-      fs_key("partitioner"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) {
-        const std::string v = read_string(n, partitioner_expectation(), p, s);
-        check_partitioner(v, render(n), p, s.at(n));
-        c.frame_sharding.partitioner = v;
-      },
-      [](const Config& c, const std::string& p) {
-        const auto& v = c.frame_sharding.partitioner;
-        check_partitioner(v, v, p);
-      }});
-  add_choice(
-      fs_key("gather"), "all", "owner", [](auto& c) -> auto& {
-        return c.frame_sharding.gather;
-      });
-  rules.push_back(Rule{
-      fs_key("split_frames"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) {
-        c.frame_sharding.split_frames = read_bool(n, p, s);
-      },
-      // Checked after the whole file: the partitioner may come later in it.
-      [](const Config& c, const std::string& p) {
-        const auto& fs = c.frame_sharding;
-        if (fs.split_frames && fs.partitioner != "optimal") {
-          config_error(
-              p,
-              "false with partitioner " + quote(fs.partitioner) +
-                  " (frames are split by the optimal partitioner only)",
-              "true");
-        }
-      }});
-  add_int(
-      fs_key("split_exchange_cost"),
-      0,
-      [](auto& c) -> auto& { return c.frame_sharding.split_exchange_cost; },
-      kMaxSplitExchangeCost);
-  rules.push_back(Rule{
-      fs_key("tower"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) {
-        const std::string expected =
-            "a tower preset (" + join(tower_preset_names()) + ")";
-        const std::string v = read_string(n, expected, p, s);
-        check_tower(v, render(n), p, s.at(n));
-        c.frame_sharding.tower = v;
-      },
-      [](const Config& c, const std::string& p) {
-        const auto& v = c.frame_sharding.tower;
-        check_tower(v, v, p);
-      }});
-  add_choice(
-      fs_key("policy"), "threshold", "auto", [](auto& c) -> auto& {
-        return c.frame_sharding.policy;
-      });
-  rules.push_back(Rule{
-      fs_key("gather_bandwidth_gbps"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) {
-        c.frame_sharding.gather_bandwidth_gbps = read_positive_number(n, p, s);
-      },
-      [](const Config& c, const std::string& p) {
-        check_positive_number(c.frame_sharding.gather_bandwidth_gbps, p);
-      }});
-  return rules;
-}
-
 class Schema {
  public:
-  Schema() : rules_(build_rules()) {
+  Schema() : rules_(config_rules()) {
     for (const Rule& r : rules_) {
       // Every proper prefix of a leaf path is a mapping ("" is the root).
       std::size_t pos = 0;
