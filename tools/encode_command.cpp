@@ -79,7 +79,7 @@ struct EncodeArgs {
   std::string store_path;
 };
 
-at::ScalarType parse_dtype(const std::string& name) {
+at::ScalarType parse_encode_dtype(const std::string& name) {
   return parse_dtype_option(
       name, "encode", {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble});
 }
@@ -154,7 +154,7 @@ Inputs read_inputs(
 
 models::QwenVisionModel load_model(const EncodeArgs& a) {
   models::QwenLoadOptions lo;
-  lo.dtype = parse_dtype(a.dtype);
+  lo.dtype = parse_encode_dtype(a.dtype);
   models::QwenVisionModel m = models::load_qwen_vision(a.model_dir, lo);
   for (auto& p : m.module->parameters()) {
     p.requires_grad_(false);  // inference only
@@ -309,14 +309,14 @@ void check_dtype_supported(at::ScalarType dtype) {
 
 // --nproc 1: the tower on everything, in this process.
 int run_single(const EncodeArgs& a) {
-  check_dtype_supported(parse_dtype(a.dtype));
+  check_dtype_supported(parse_encode_dtype(a.dtype));
   const auto config = models::load_qwen_vision_config(a.model_dir);
   const Inputs in = read_inputs(a.inputs, config);
   const models::QwenVisionModel m = load_model(a);
   torch::NoGradGuard no_grad;
   const auto t0 = Clock::now();
   TowerInput ti;
-  ti.pixel_values = in.pixel_values.to(parse_dtype(a.dtype));
+  ti.pixel_values = in.pixel_values.to(parse_encode_dtype(a.dtype));
   ti.grid_thw = in.grid_thw;
   ti.cu_seqlens = frame_cu_seqlens(in.grid);
   const std::vector<at::Tensor> outputs = m.tower(ti);
@@ -329,7 +329,7 @@ int run_single(const EncodeArgs& a) {
 
 int run_worker(const EncodeArgs& a) {
   at::set_num_threads(1);
-  check_dtype_supported(parse_dtype(a.dtype));
+  check_dtype_supported(parse_encode_dtype(a.dtype));
   const int rank = a.worker_rank;
   const auto config = models::load_qwen_vision_config(a.model_dir);
   const Inputs in = read_inputs(a.inputs, config);
@@ -346,7 +346,11 @@ int run_worker(const EncodeArgs& a) {
   torch::NoGradGuard no_grad;
   const auto t0 = Clock::now();
   EncodeResult res = encode(
-      m.tower, in.pixel_values.to(parse_dtype(a.dtype)), in.grid_thw, pg, eo);
+      m.tower,
+      in.pixel_values.to(parse_encode_dtype(a.dtype)),
+      in.grid_thw,
+      pg,
+      eo);
   const double ms =
       std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   // Bytes per rank for the report.
@@ -370,7 +374,7 @@ int run_worker(const EncodeArgs& a) {
 
 int run_parent(const EncodeArgs& a) {
   check_rank_options("encode", a.nproc, a.timeout_ms);
-  check_dtype_supported(parse_dtype(a.dtype));
+  check_dtype_supported(parse_encode_dtype(a.dtype));
   if (a.nproc == 1) {
     return run_single(a);
   }

@@ -72,7 +72,7 @@ struct VerifyArgs {
   std::string inject_fault = "none";
 };
 
-at::ScalarType parse_dtype(const std::string& name) {
+at::ScalarType parse_verify_dtype(const std::string& name) {
   return parse_dtype_option(
       name, "verify", {at::kDouble, at::kFloat, at::kBFloat16});
 }
@@ -94,7 +94,7 @@ parity::ParitySpec verify_spec(const VerifyArgs& a, const Workload& wl) {
   const VerifyTower tower = verify_tower(a.tower, wl.layout);
   spec.plan = verify_plan_options(a, wl);
   spec.plan.split.window_side = tower.window_side;
-  spec.dtype = parse_dtype(a.dtype);
+  spec.dtype = parse_verify_dtype(a.dtype);
   spec.in_features = tower.in_features;
   spec.seed = a.workload.seed;
   spec.normalize_weights = true;
@@ -220,7 +220,7 @@ int run_parent(const VerifyArgs& a) {
       a.workload.max_frame_patches,
       " and ",
       a.workload.max_patches);
-  parse_dtype(a.dtype);
+  parse_verify_dtype(a.dtype);
   const ResolvedWorkload r = resolve_workload(a.workload);
   // Plan here too: a bad --config / --partitioner / workload is reported
   // once, before any process starts.

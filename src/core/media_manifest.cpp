@@ -18,8 +18,6 @@ namespace {
 using json_detail::json_excerpt;
 using json_detail::LineRef;
 
-constexpr int64_t kMaxEntry = json_detail::kMaxManifestEntry;
-
 [[noreturn]] void line_error(
     const LineRef& at,
     const std::string& field,
@@ -32,7 +30,11 @@ int64_t read_count(
     const nlohmann::json& v, const LineRef& at, const std::string& field) {
   if (!json_detail::is_manifest_count(v) || v.get<int64_t>() < 1) {
     line_error(
-        at, field, "an integer in [1, " + std::to_string(kMaxEntry) + "]", v);
+        at,
+        field,
+        "an integer in [1, " + std::to_string(json_detail::kMaxManifestEntry) +
+            "]",
+        v);
   }
   return v.get<int64_t>();
 }
@@ -55,7 +57,8 @@ void read_grid_rows(
   const int64_t m = rule.merge_size;
   const std::string row_rule =
       "[t, h, w] with t >= 1 and h and w positive multiples of " +
-      std::to_string(m) + " (each at most " + std::to_string(kMaxEntry) + ")";
+      std::to_string(m) + " (each at most " +
+      std::to_string(json_detail::kMaxManifestEntry) + ")";
   if (!v.is_array() || v.empty()) {
     line_error(at, "grid_thw", "a non-empty list of " + row_rule, v);
   }

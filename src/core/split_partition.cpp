@@ -22,7 +22,7 @@ constexpr double kHelpMargin = 1e-9;
 
 using internal::SplitRows;
 
-struct Probe {
+struct SplitProbe {
   bool feasible = false;
   double max_cost = 0.0;  // largest range cost the greedy produced
   // Smallest cost of a greedy range extended by one allowed step: the next
@@ -33,12 +33,12 @@ struct Probe {
 // Greedy left to right; `ends` (scratch, world + 1) receives the range ends.
 // Only the figure the bisection uses is computed: the realized maximum when
 // feasible, the next bound at which the greedy changes otherwise.
-Probe probe(
+SplitProbe split_probe(
     const SplitRows& rows,
     int64_t world,
     double bound,
     std::vector<int64_t>& ends) {
-  Probe r;
+  SplitProbe r;
   const int64_t total = rows.total_rows();
   ends.assign(1, 0);
   for (int64_t b = 0; b < world && ends.back() < total; ++b) {
@@ -72,7 +72,7 @@ double split_bottleneck(
       break;
     }
     const double mid = lo + (hi - lo) / 2.0;
-    const Probe p = probe(rows, world, mid, ends);
+    const SplitProbe p = split_probe(rows, world, mid, ends);
     if (p.feasible) {
       hi = std::min(hi, p.max_cost);
     } else {

@@ -234,7 +234,7 @@ using json_detail::json_excerpt;
 
 // Each grid entry is at most 2^20 and a batch at most 2^40 patch rows, so
 // no product or sum overflows int64 downstream.
-constexpr int64_t kMaxEntry = int64_t{1} << 20;
+constexpr int64_t kMaxWorkloadEntry = int64_t{1} << 20;
 constexpr int64_t kMaxPatches = int64_t{1} << 40;
 
 int64_t read_entry(
@@ -245,18 +245,18 @@ int64_t read_entry(
     workload_error(field, "an integer", json_excerpt(v), source);
   }
   if (v.is_number_unsigned() &&
-      v.get<uint64_t>() > static_cast<uint64_t>(kMaxEntry)) {
+      v.get<uint64_t>() > static_cast<uint64_t>(kMaxWorkloadEntry)) {
     workload_error(
         field,
-        "an integer <= " + std::to_string(kMaxEntry),
+        "an integer <= " + std::to_string(kMaxWorkloadEntry),
         json_excerpt(v),
         source);
   }
   const auto x = v.get<int64_t>();
-  if (x > kMaxEntry) {
+  if (x > kMaxWorkloadEntry) {
     workload_error(
         field,
-        "an integer <= " + std::to_string(kMaxEntry),
+        "an integer <= " + std::to_string(kMaxWorkloadEntry),
         json_excerpt(v),
         source);
   }
@@ -355,7 +355,7 @@ Workload parse_workload(const std::string& json, const std::string& source) {
       }
     } else if (key == "spatial_merge_size" || key == "temporal_patch_size") {
       if (!v.is_number_integer() || v.get<int64_t>() < 1 ||
-          v.get<int64_t>() > kMaxEntry) {
+          v.get<int64_t>() > kMaxWorkloadEntry) {
         workload_error(key, "a positive integer", json_excerpt(v), source);
       }
       (key == "spatial_merge_size" ? wl.layout.spatial_merge_size

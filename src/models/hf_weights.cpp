@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kLoadFn = "load_vision_weights";
 
-std::string shape_text(at::IntArrayRef shape) {
+std::string sizes_text(at::IntArrayRef shape) {
   std::ostringstream os;
   os << shape;
   return os.str();
@@ -126,8 +126,8 @@ Mismatches compare(
     const SafetensorsEntry& e = ckpt.entry(n);
     if (!at::IntArrayRef(e.shape).equals(it->second.sizes())) {
       m.misshaped.push_back(
-          n + " (expected " + shape_text(it->second.sizes()) + ", got " +
-          shape_text(e.shape) + ")");
+          n + " (expected " + sizes_text(it->second.sizes()) + ", got " +
+          sizes_text(e.shape) + ")");
     } else if (
         e.dtype == at::ScalarType::Undefined || !at::isFloatingType(e.dtype)) {
       m.bad_dtype.push_back(n + " (" + e.dtype_name + ")");

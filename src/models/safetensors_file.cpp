@@ -13,7 +13,7 @@ namespace models {
 
 namespace {
 
-constexpr const char* kFn = "SafetensorsFile";
+constexpr const char* kFileFn = "SafetensorsFile";
 
 // The reference implementation refuses headers above 100 MB; so do we (a
 // corrupt length must not make us allocate gigabytes).
@@ -40,13 +40,13 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 std::string read_header_text(const std::string& path, int64_t size) {
   FRAMESHARD_TORCH_CHECK(
       size >= 8,
-      kFn,
+      kFileFn,
       "expected at least 8 bytes (the header length) in ",
       path,
       ", got ",
       size);
   std::ifstream in(path, std::ios::binary);
-  FRAMESHARD_TORCH_CHECK(in, kFn, "cannot open ", path);
+  FRAMESHARD_TORCH_CHECK(in, kFileFn, "cannot open ", path);
   unsigned char len_bytes[8];
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   uint64_t header_len = 0;
@@ -56,7 +56,7 @@ std::string read_header_text(const std::string& path, int64_t size) {
   FRAMESHARD_TORCH_CHECK(
       header_len <= kMaxHeaderBytes &&
           header_len <= static_cast<uint64_t>(size - 8),
-      kFn,
+      kFileFn,
       "expected a header length <= ",
       std::min<uint64_t>(kMaxHeaderBytes, static_cast<uint64_t>(size - 8)),
       " bytes in ",
@@ -68,7 +68,7 @@ std::string read_header_text(const std::string& path, int64_t size) {
       " (not a safetensors file, or truncated)");
   std::string header(static_cast<size_t>(header_len), '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_len));
-  FRAMESHARD_TORCH_CHECK(in, kFn, "cannot read the header of ", path);
+  FRAMESHARD_TORCH_CHECK(in, kFileFn, "cannot read the header of ", path);
   return header;
 }
 
@@ -107,7 +107,7 @@ void check_layout(
   for (const auto& s : spans) {
     FRAMESHARD_TORCH_CHECK(
         s.first == at,
-        kFn,
+        kFileFn,
         "expected tensors that tile the byte buffer of ",
         path,
         " without overlap or gap, got one starting at ",
@@ -119,7 +119,7 @@ void check_layout(
   }
   FRAMESHARD_TORCH_CHECK(
       at == buffer_size,
-      kFn,
+      kFileFn,
       "expected the tensors of ",
       path,
       " to end at the end of the file (",
@@ -133,7 +133,7 @@ void check_layout(
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   detail::check_little_endian();
-  const int64_t size = detail::regular_file_size(path_, kFn);
+  const int64_t size = detail::regular_file_size(path_, kFileFn);
   const std::string text = read_header_text(path_, size);
   data_start_ = 8 + static_cast<int64_t>(text.size());
   detail::SafetensorsHeader header =
@@ -154,7 +154,7 @@ bool SafetensorsFile::contains(const std::string& name) const {
 }
 
 const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
-  return detail::find_tensor(entries_, name, kFn, path_);
+  return detail::find_tensor(entries_, name, kFileFn, path_);
 }
 
 at::Tensor SafetensorsFile::read(const std::string& name) const {

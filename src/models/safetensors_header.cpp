@@ -18,7 +18,7 @@ namespace {
 
 using json_detail::json_excerpt;
 using nlohmann::json;
-constexpr const char* kFn = "SafetensorsFile";
+constexpr const char* kHeaderFn = "SafetensorsFile";
 
 // An integer in [0, 2^63 - 1]: JSON unsigned numbers above that would wrap
 // to negative int64_t values (and overflow the size arithmetic).
@@ -35,7 +35,7 @@ std::map<std::string, std::string> parse_metadata(
     const json& v, const std::string& path) {
   FRAMESHARD_TORCH_CHECK(
       v.is_object(),
-      kFn,
+      kHeaderFn,
       "expected \"__metadata__\" to be an object of strings in ",
       path,
       ", got ",
@@ -44,7 +44,7 @@ std::map<std::string, std::string> parse_metadata(
   for (auto m = v.begin(); m != v.end(); ++m) {
     FRAMESHARD_TORCH_CHECK(
         m.value().is_string(),
-        kFn,
+        kHeaderFn,
         "expected string values in \"__metadata__\" of ",
         path,
         ", got ",
@@ -161,7 +161,7 @@ void fail_entry(
     const std::string& got) {
   FRAMESHARD_TORCH_CHECK(
       false,
-      kFn,
+      kHeaderFn,
       "expected ",
       what,
       " for tensor \"",
@@ -178,14 +178,14 @@ SafetensorsHeader parse_safetensors_header(
   std::string problem;
   FRAMESHARD_TORCH_CHECK(
       json_detail::parse_json_strict(text, j, problem),
-      kFn,
+      kHeaderFn,
       "expected a JSON header in ",
       path,
       ", got ",
       problem);
   FRAMESHARD_TORCH_CHECK(
       j.is_object(),
-      kFn,
+      kHeaderFn,
       "expected a JSON object as the header of ",
       path,
       ", got ",

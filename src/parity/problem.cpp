@@ -15,7 +15,7 @@ namespace frameshard {
 namespace parity {
 namespace {
 
-constexpr const char* kFn = "parity::prepare";
+constexpr const char* kPrepareFn = "parity::prepare";
 
 // The widths of the tower's outputs, from one minimal (1, merge, merge) frame
 // of zeros: the frame encode gives an empty rank, so every tower takes it.
@@ -27,12 +27,12 @@ std::vector<int64_t> probe_widths(
   const std::vector<at::Tensor> outs = tower.forward(whole_frames_input(
       at::zeros({m * m, spec.in_features}, at::dtype(spec.dtype)), one));
   FRAMESHARD_TORCH_CHECK(
-      !outs.empty(), kFn, "expected a tower with outputs, got none");
+      !outs.empty(), kPrepareFn, "expected a tower with outputs, got none");
   std::vector<int64_t> widths;
   for (const auto& o : outs) {
     FRAMESHARD_TORCH_CHECK(
         o.dim() == 2,
-        kFn,
+        kPrepareFn,
         "expected [rows, hidden] tower outputs, got ",
         o.dim(),
         " dims");
@@ -76,7 +76,7 @@ TowerInstance exact_copy(
   TowerInstance exact = seeded_instance(factory, seed, at::kDouble);
   FRAMESHARD_TORCH_CHECK(
       exact.names == from.names,
-      kFn,
+      kPrepareFn,
       "expected the float64 instance to have the same parameters, got ",
       exact.names.size(),
       " vs ",
@@ -109,9 +109,11 @@ ParitySetup prepare(
     const std::vector<int>& local_ranks) {
   const int world = static_cast<int>(spec.plan.world);
   FRAMESHARD_TORCH_CHECK(
-      world >= 1, kFn, "expected plan.world >= 1, got ", world);
+      world >= 1, kPrepareFn, "expected plan.world >= 1, got ", world);
   FRAMESHARD_TORCH_CHECK(
-      !local_ranks.empty(), kFn, "expected at least one local rank, got none");
+      !local_ranks.empty(),
+      kPrepareFn,
+      "expected at least one local rank, got none");
   ParitySetup s;
   s.problem.spec = spec;
   s.problem.frames = expand_frames(spec.grid, spec.plan.layout);
@@ -125,7 +127,7 @@ ParitySetup prepare(
   FRAMESHARD_TORCH_CHECK(
       static_cast<int64_t>(s.problem.owner.size()) ==
           s.problem.frames.total_tokens,
-      kFn,
+      kPrepareFn,
       "expected token_owner to have one entry per token (",
       s.problem.frames.total_tokens,
       "), got ",
@@ -135,7 +137,7 @@ ParitySetup prepare(
   for (int r : local_ranks) {
     FRAMESHARD_TORCH_CHECK(
         r >= 0 && r < world,
-        kFn,
+        kPrepareFn,
         "expected local ranks in [0, ",
         world,
         "), got ",

@@ -14,7 +14,7 @@ namespace parity {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr const char* kFn = "parity::run_rank";
+constexpr const char* kRunRankFn = "parity::run_rank";
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -87,7 +87,7 @@ at::Tensor output_diffs(
   const int64_t n = static_cast<int64_t>(p.widths.size());
   TORCH_CHECK(
       static_cast<int64_t>(outputs.size()) == n,
-      detail::error_prefix(kFn, rank, p.world()),
+      detail::error_prefix(kRunRankFn, rank, p.world()),
       "expected ",
       n,
       " outputs from encode, got ",
@@ -100,7 +100,7 @@ at::Tensor output_diffs(
     const at::Tensor got = outputs[k].detach().to(torch::kCPU, torch::kDouble);
     TORCH_CHECK(
         got.sizes() == ref.sizes(),
-        detail::error_prefix(kFn, rank, p.world()),
+        detail::error_prefix(kRunRankFn, rank, p.world()),
         "expected output ",
         k,
         " of shape ",
@@ -231,7 +231,7 @@ RankParity run_rank(
   const int world = p.world();
   TORCH_CHECK(
       group->getSize() == world && group->getRank() == rank,
-      detail::error_prefix(kFn, rank, world),
+      detail::error_prefix(kRunRankFn, rank, world),
       "expected a group of size ",
       world,
       " in which this is rank ",
@@ -242,12 +242,12 @@ RankParity run_rank(
       group->getSize());
   TORCH_CHECK(
       setup.towers[rank].forward,
-      detail::error_prefix(kFn, rank, world),
+      detail::error_prefix(kRunRankFn, rank, world),
       "expected prepare() to have built this rank's tower");
   if (!options.device.is_cpu()) {
     TORCH_CHECK(
         static_cast<bool>(setup.towers[rank].to_device),
-        detail::error_prefix(kFn, rank, world),
+        detail::error_prefix(kRunRankFn, rank, world),
         "expected a tower that can move to ",
         options.device,
         " (module_instance), got one without to_device");

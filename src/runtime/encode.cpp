@@ -41,7 +41,7 @@ namespace frameshard {
 // ---------------------------------------------------------------- encode
 namespace {
 
-constexpr const char* kFn = "encode";
+constexpr const char* kEncodeFn = "encode";
 
 std::string shape_text(const at::Tensor& t) {
   std::ostringstream os;
@@ -376,7 +376,7 @@ EncodeResult encode(
   FRAMESHARD_TORCH_CHECK(group, "encode", "expected a process group, got null");
   const int rank = group->getRank();
   const int world = group->getSize();
-  const std::string prefix = internal::rank_prefix(kFn, group);
+  const std::string prefix = internal::rank_prefix(kEncodeFn, group);
   // Local checks that every rank computes from the same options: raising
   // here, before any collective, raises on every rank alike.
   TORCH_CHECK(
@@ -441,7 +441,7 @@ EncodeResult encode(
       pixel_values.defined() ? pixel_values.device() : c10::Device(at::kCPU);
   internal::fault_point("consensus", rank);
   const auto records = internal::run_consensus(
-      group, mine, expected_rows, device, options.timeout, kFn);
+      group, mine, expected_rows, device, options.timeout, kEncodeFn);
 
   const bool any_requires_grad = std::any_of(
       records.begin(), records.end(), [](const internal::ConsensusRecord& r) {

@@ -26,7 +26,7 @@ namespace frameshard {
 
 namespace {
 
-constexpr const char* kFn = "all_gather_rows";
+constexpr const char* kGatherFn = "all_gather_rows";
 
 /// Forward payload: each rank sends its rows once to every rank (itself
 /// included, a local copy) and receives counts[q] rows from rank q.
@@ -49,7 +49,7 @@ at::Tensor gather_rows(
       counts,
       std::vector<int64_t>(world, rows),
       timeout,
-      kFn);
+      kGatherFn);
   return internal::from_byte_rows(
       output, local.scalar_type(), local.sizes().slice(1));
 }
@@ -73,7 +73,7 @@ at::Tensor reduce_scatter_rows(
       std::vector<int64_t>(world, rows),
       counts,
       timeout,
-      kFn);
+      kGatherFn);
   std::vector<int64_t> sizes{world, rows};
   auto trailing = grad.sizes().slice(1);
   sizes.insert(sizes.end(), trailing.begin(), trailing.end());
@@ -120,7 +120,7 @@ at::Tensor all_gather_rows(
     const GatherOptions& options) {
   FRAMESHARD_TORCH_CHECK(
       group, "all_gather_rows", "expected a process group, got null");
-  const std::string prefix = internal::rank_prefix(kFn, group);
+  const std::string prefix = internal::rank_prefix(kGatherFn, group);
   const int world = group->getSize();
   const int rank = group->getRank();
   TORCH_CHECK(local.defined(), prefix, "expected a defined tensor, got none");
@@ -164,7 +164,7 @@ at::Tensor all_gather_rows(
     at::Tensor mine =
         at::full({1}, local.size(0), local.options().dtype(at::kLong));
     auto gathered =
-        internal::allgather_equal(group, mine, options.timeout, kFn);
+        internal::allgather_equal(group, mine, options.timeout, kGatherFn);
     for (const auto& c : gathered) {
       all_counts.push_back(c.cpu().item<int64_t>());
     }

@@ -20,7 +20,7 @@ namespace internal {
 
 namespace {
 
-constexpr const char* kFn = "encode";
+constexpr const char* kExchangeFn = "encode";
 
 // One piece of a split frame as the plan lays it out.
 struct Holder {
@@ -158,8 +158,8 @@ PieceExchange make_piece_exchange(
       mine.widths = {rows.size(1)};
       mine.grad_mode = at::GradMode::is_enabled();
       mine.requires_grad = mine.grad_mode && rows.requires_grad();
-      const auto records =
-          run_consensus(group, mine, route->sent_by_rank, device, timeout, kFn);
+      const auto records = run_consensus(
+          group, mine, route->sent_by_rank, device, timeout, kExchangeFn);
       state->calls += 1;
       at::Tensor send = rows.index_select(
           0, at::tensor(route->send_rows, at::kLong).to(rows.device()));

@@ -13,7 +13,7 @@
 namespace frameshard {
 namespace {
 
-constexpr const char* kFn = "all_to_all_rows";
+constexpr const char* kRouteFn = "all_to_all_rows";
 
 at::Tensor exchange(
     const at::Tensor& local,
@@ -26,7 +26,7 @@ at::Tensor exchange(
   at::Tensor bytes = internal::as_byte_rows(local);
   at::Tensor output = at::empty({total, bytes.size(1)}, bytes.options());
   internal::alltoall_rows(
-      group, output, bytes, recv_counts, send_counts, timeout, kFn);
+      group, output, bytes, recv_counts, send_counts, timeout, kRouteFn);
   return internal::from_byte_rows(
       output, local.scalar_type(), local.sizes().slice(1));
 }
@@ -103,7 +103,7 @@ at::Tensor all_to_all_rows(
     const GatherOptions& options) {
   FRAMESHARD_TORCH_CHECK(
       group, "all_to_all_rows", "expected a process group, got null");
-  const std::string prefix = internal::rank_prefix(kFn, group);
+  const std::string prefix = internal::rank_prefix(kRouteFn, group);
   const int world = group->getSize();
   TORCH_CHECK(
       local.defined() && local.dim() >= 1,

@@ -32,7 +32,7 @@ bool small_non_negative(const nlohmann::json& v) {
 // A grid row as written ("[1, 27, 28]"); anything else (deeper, longer,
 // not numbers) through the bounded core excerpt, so a hostile value never
 // makes a huge or deeply recursive message.
-std::string render(const nlohmann::json& v) {
+std::string json_value_text(const nlohmann::json& v) {
   const bool short_numbers =
       v.is_array() && v.size() <= 8 &&
       std::all_of(v.begin(), v.end(), [](const nlohmann::json& x) {
@@ -51,7 +51,11 @@ std::string render(const nlohmann::json& v) {
 std::vector<GridThw> read_grid(
     const nlohmann::json& v, const MediaLayout& layout, const LineRef& at) {
   if (!v.is_array() || v.empty()) {
-    line_error(at, "grid_thw", "a non-empty list of [t, h, w] rows", render(v));
+    line_error(
+        at,
+        "grid_thw",
+        "a non-empty list of [t, h, w] rows",
+        json_value_text(v));
   }
   const int64_t m = layout.spatial_merge_size;
   const std::string row_rule =
@@ -71,7 +75,10 @@ std::vector<GridThw> read_grid(
     }
     if (!ok) {
       line_error(
-          at, "grid_thw[" + std::to_string(i) + "]", row_rule, render(row));
+          at,
+          "grid_thw[" + std::to_string(i) + "]",
+          row_rule,
+          json_value_text(row));
     }
     grid.push_back(g);
   }
@@ -105,7 +112,7 @@ std::vector<int64_t> read_text_runs(
         "a non-negative integer or a list of " + std::to_string(runs) +
             " non-negative integers (text before each of the " +
             std::to_string(media) + " media and at the end)",
-        render(v));
+        json_value_text(v));
   }
   return out;
 }
@@ -116,9 +123,9 @@ ManifestSample read_sample(
     if (it.key() != "grid_thw" && it.key() != "text_tokens") {
       line_error(
           at,
-          detail::excerpt(it.key()),
+          frameshard::detail::excerpt(it.key()),
           "a known key (grid_thw, text_tokens)",
-          "unknown key " + detail::excerpt(it.key()));
+          "unknown key " + frameshard::detail::excerpt(it.key()));
     }
   }
   if (!doc.contains("grid_thw")) {
@@ -152,7 +159,7 @@ std::vector<ManifestSample> parse_lines(
       },
       " ({\"grid_thw\": [[t, h, w], ...], \"text_tokens\": n})");
   if (samples.empty()) {
-    detail::fail(
+    frameshard::detail::fail(
         fn,
         source.empty() ? "" : source + ": ",
         "expected at least one sample (a JSON object per line), got none");

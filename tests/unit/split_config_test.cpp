@@ -15,7 +15,7 @@ namespace {
 using testing::error_of;
 using testing::expect_contains;
 
-const std::string kFs = "distributed.multimodal.vision.frame_sharding";
+const std::string kFsPath = "distributed.multimodal.vision.frame_sharding";
 
 std::string fs_doc(const std::string& fields) {
   return "distributed:\n"
@@ -39,13 +39,13 @@ TEST(SplitFramesConfig, DefaultsToOffAndParsesBooleans) {
 TEST(SplitFramesConfig, RejectsNonBooleansNamingTheKey) {
   const std::string msg =
       error_of([] { parse_config(fs_doc("        split_frames: 1\n")); });
-  expect_contains(msg, kFs + ".split_frames: expected");
+  expect_contains(msg, kFsPath + ".split_frames: expected");
   expect_contains(msg, "got 1");
 }
 
 TEST(SplitFramesConfig, RequiresTheOptimalPartitionerWhereverItIsSet) {
   const std::string expected =
-      kFs +
+      kFsPath +
       ".split_frames: expected false with partitioner \"greedy\" (frames are "
       "split by the optimal partitioner only), got true";
   // In a file, in either order.
@@ -64,14 +64,14 @@ TEST(SplitFramesConfig, RequiresTheOptimalPartitionerWhereverItIsSet) {
   // By override, either way round; a failed override changes nothing.
   Config c = parse_config(fs_doc("        partitioner: greedy\n"));
   expect_contains(
-      error_of([&] { apply_override(c, kFs + ".split_frames", "true"); }),
+      error_of([&] { apply_override(c, kFsPath + ".split_frames", "true"); }),
       expected);
   EXPECT_FALSE(c.frame_sharding.split_frames);
-  apply_override(c, kFs + ".partitioner", "optimal");
-  apply_override(c, kFs + ".split_frames", "true");
+  apply_override(c, kFsPath + ".partitioner", "optimal");
+  apply_override(c, kFsPath + ".split_frames", "true");
   EXPECT_TRUE(c.frame_sharding.split_frames);
   expect_contains(
-      error_of([&] { apply_override(c, kFs + ".partitioner", "lpt"); }),
+      error_of([&] { apply_override(c, kFsPath + ".partitioner", "lpt"); }),
       "with partitioner \"lpt\"");
   EXPECT_EQ(c.frame_sharding.partitioner, "optimal");
   c.frame_sharding.partitioner = "count";
@@ -80,9 +80,9 @@ TEST(SplitFramesConfig, RequiresTheOptimalPartitionerWhereverItIsSet) {
 
 TEST(SplitFramesConfig, OverridesAndRoundTrips) {
   Config c;
-  apply_override(c, kFs + ".split_frames", "true");
+  apply_override(c, kFsPath + ".split_frames", "true");
   EXPECT_TRUE(c.frame_sharding.split_frames);
-  apply_override(c, kFs, "{split_frames: false}");
+  apply_override(c, kFsPath, "{split_frames: false}");
   EXPECT_FALSE(c.frame_sharding.split_frames);
   c.frame_sharding.split_frames = true;
   const std::string text = to_yaml(c);
@@ -97,11 +97,12 @@ TEST(SplitFramesConfig, OverridesAndRoundTrips) {
 TEST(SplitFramesConfig, ExchangeCostIsANonNegativeIntegerWithALimit) {
   EXPECT_EQ(plan_options(Config{}).split.exchange_row_cost, 1000.0);
   Config c;
-  apply_override(c, kFs + ".split_exchange_cost", "0");
+  apply_override(c, kFsPath + ".split_exchange_cost", "0");
   EXPECT_EQ(plan_options(c).split.exchange_row_cost, 0.0);
   expect_contains(
-      error_of([&] { apply_override(c, kFs + ".split_exchange_cost", "-1"); }),
-      kFs + ".split_exchange_cost: expected");
+      error_of(
+          [&] { apply_override(c, kFsPath + ".split_exchange_cost", "-1"); }),
+      kFsPath + ".split_exchange_cost: expected");
   expect_contains(
       error_of([] {
         parse_config(fs_doc("        split_exchange_cost: 2199023255553\n"));
