@@ -98,9 +98,9 @@ void add_mesh_sizes(std::vector<Rule>& rules) {
 // Whether to shard, over which mesh dimensions, and the thresholds below
 // which the policy replicates.
 void add_sharding_switches(std::vector<Rule>& rules) {
-  rules.push_back(bool_rule(fs_key("enabled"), [](auto& c) -> auto& {
-    return c.frame_sharding.enabled;
-  }));
+  rules.push_back(bool_rule(
+      fs_key("enabled"),
+      [](auto& c) -> auto& { return c.frame_sharding.enabled; }));
   rules.push_back(Rule{
       fs_key("mesh_dims"),
       [](const YAML::Node& n,
@@ -113,12 +113,12 @@ void add_sharding_switches(std::vector<Rule>& rules) {
         const auto& d = c.frame_sharding.mesh_dims;
         check_mesh_dims(d, "[" + join(d) + "]", p);
       }});
-  rules.push_back(
-      int_rule(fs_key("min_tokens"), 0, [](auto& c) -> auto& {
+  rules.push_back(int_rule(
+      fs_key("min_tokens"), 0, [](auto& c) -> auto& {
         return c.frame_sharding.min_tokens;
       }));
-  rules.push_back(
-      int_rule(fs_key("min_frames"), 0, [](auto& c) -> auto& {
+  rules.push_back(int_rule(
+      fs_key("min_frames"), 0, [](auto& c) -> auto& {
         return c.frame_sharding.min_frames;
       }));
   rules.push_back(int_rule(
@@ -157,8 +157,8 @@ void add_partitioning(std::vector<Rule>& rules) {
         const auto& v = c.frame_sharding.partitioner;
         check_partitioner(v, v, p);
       }});
-  rules.push_back(
-      choice_rule(fs_key("gather"), "all", "owner", [](auto& c) -> auto& {
+  rules.push_back(choice_rule(
+      fs_key("gather"), "all", "owner", [](auto& c) -> auto& {
         return c.frame_sharding.gather;
       }));
   rules.push_back(bool_rule(
