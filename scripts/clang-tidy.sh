@@ -8,6 +8,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 cmake -S . -B build-lint -DFRAMESHARD_BUILD_RUNTIME=OFF -DFRAMESHARD_BUILD_TOOLS=OFF \
   -DFRAMESHARD_BUILD_TESTS=OFF -DFRAMESHARD_BUILD_BENCHMARKS=OFF >/dev/null
+# The one generated header the core includes (build_info.cpp's git revision).
+cmake --build build-lint --target frameshard_git_revision >/dev/null
 files=("$@")
 [ ${#files[@]} -gt 0 ] || files=(src/core/*.cpp)
 printf '%s\n' "${files[@]}" |

@@ -10,6 +10,9 @@
 #                         (default: a temporary folder, removed when clean);
 #                         the checked-in seeds (tests/fuzz/corpus/<target>)
 #                         are read, never written.
+#   FRAMESHARD_FUZZ_JOBS  targets run at once (default: nproc; each fuzzer is
+#                         one process on one core, so CI's 8 targets take 4
+#                         rounds on 2 cores instead of 8)
 # Exit status 1 when any target finds a crash, a leak, a timeout (10 s per
 # input) or an input needing over 2 GB, after running all of them.
 set -euo pipefail
@@ -25,12 +28,15 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 [ ${#targets[@]} -gt 0 ] || { echo "fuzz: no *_fuzz programs in $build/tests/fuzz" >&2; exit 1; }
 work=${FRAMESHARD_FUZZ_WORK:-$(mktemp -d)}
-failed=()
-for t in "${targets[@]}"; do
+jobs=${FRAMESHARD_FUZZ_JOBS:-$(nproc)}
+
+# fuzz_one TARGET: runs it, writes its report line to $work/TARGET/line and
+# its exit code to $work/TARGET/rc.
+fuzz_one() {
+  local t=$1 log start rc=0 execs found result
   mkdir -p "$work/$t/corpus" "$work/$t/artifacts"
   log=$work/$t/log
   start=$(date +%s)
-  rc=0
   # The first corpus folder receives new inputs; the seeds are only read.
   "$build/tests/fuzz/${t}_fuzz" "$work/$t/corpus" "$root/tests/fuzz/corpus/$t" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
@@ -42,11 +48,30 @@ for t in "${targets[@]}"; do
     result=clean
   else
     result="FAILED (exit $rc; $(ls "$work/$t/artifacts" | tr '\n' ' '))"
-    failed+=("$t")
-    grep -E "ERROR|SUMMARY|==[0-9]+==|terminate|what\(\)" "$log" | head -20 >&2 || true
   fi
   printf 'fuzz: %-17s %4s s  %10s execs  %5s new corpus files  %s\n' \
-    "$t" "$(($(date +%s) - start))" "${execs:-?}" "$found" "$result"
+    "$t" "$(($(date +%s) - start))" "${execs:-?}" "$found" "$result" >"$work/$t/line"
+  echo "$rc" >"$work/$t/rc"
+}
+
+running=0
+for t in "${targets[@]}"; do
+  fuzz_one "$t" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait || true
+
+failed=()
+for t in "${targets[@]}"; do
+  cat "$work/$t/line"
+  if [ "$(cat "$work/$t/rc")" != 0 ]; then
+    failed+=("$t")
+    grep -E "ERROR|SUMMARY|==[0-9]+==|terminate|what\(\)" "$work/$t/log" | head -20 >&2 || true
+  fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: findings in ${failed[*]}; logs and artifacts in $work" >&2

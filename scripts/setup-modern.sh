@@ -27,16 +27,27 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${FRAMESHARD_VENV:-$root/.venv}
 uv_version=0.13.8
 
-# Top-level requirements (scikit-build-core: the build backend of `pip install
-# --no-build-isolation .`, see pyproject.toml), and the full pinned set (uv pip freeze of a working
+# Top-level requirements (scikit-build-core, nlohmann-json and cmeel-yaml-cpp:
+# what `pip install --no-build-isolation .` builds with, see pyproject.toml;
+# peft: the LoRA-wrapped model of the Python tests), and the full pinned set (uv pip freeze of a working
 # venv) as constraints, so CI installs the same versions every time.
 requirements="torch==2.15.0
 transformers==5.24.0
 safetensors==0.8.0
 numpy==2.4.6
 pytest==9.2.0
-scikit-build-core==1.1.2"
-constraints="annotated-doc==0.0.7
+scikit-build-core==1.1.2
+nlohmann-json==3.12.0
+cmeel-yaml-cpp==0.8.0
+peft==0.21.2"
+constraints="accelerate==1.15.0
+cmeel==0.62.0
+cmeel-yaml-cpp==0.8.0
+importlib-resources==7.1.0
+nlohmann-json==3.12.0
+peft==0.21.2
+psutil==7.2.2
+annotated-doc==0.0.7
 annotated-types==0.8.0
 anyio==4.16.0
 click==8.5.1

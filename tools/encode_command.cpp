@@ -165,14 +165,10 @@ models::QwenVisionModel load_model(const EncodeArgs& a) {
 PlanOptions encode_plan_options(
     const EncodeArgs& a, const models::QwenVisionConfig& config) {
   const Config c = command_config(a.config_file, a.overrides, "encode");
-  PlanOptions o = plan_options(c);
-  // The tower's own sizes: its layout, its FLOPs (unless the config names
-  // a cost model) and its windows (pieces must end on window rows).
+  // The tower's own sizes: its FLOPs (unless the config names another cost
+  // model), its windows (pieces must end on window rows) and its layout.
+  PlanOptions o = plan_options(c, models::tower_dims(config));
   o.layout = models::media_layout(config);
-  if (c.frame_sharding.cost_alpha == FrameShardingConfig{}.cost_alpha) {
-    o.cost = flop_cost_model(models::tower_dims(config));
-  }
-  o.split.window_side = models::split_window_side(config);
   // The user asked for N ranks: always take the sharded path.
   apply_shard_options(o, a.nproc, a.partitioner, a.min_local_patch_rows);
   return o;

@@ -1,6 +1,7 @@
 // The frameshard command-line tool: one binary, one subcommand per file.
 #include "commands.h"
 
+#include <frameshard/build_info.h>
 #include <frameshard/error.h>
 
 #ifdef FRAMESHARD_HAVE_RUNTIME
@@ -10,6 +11,7 @@
 #include <csignal>
 #include <exception>
 #include <iostream>
+#include <string>
 
 int main(int argc, char** argv) {
   // As Python does: a write to a dead peer's socket must become an error on
@@ -17,6 +19,13 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{
       "frameshard: shard vision-tower frames across context-parallel ranks"};
+  // frameshard --version: the build's facts (frameshard/build_info.h).
+  std::string version = frameshard::describe(frameshard::build_info());
+  version.pop_back();  // CLI11 ends the text with its own newline
+  app.set_version_flag(
+      "--version",
+      version,
+      "Print the version, git revision, torch, CUDA/NCCL and exit");
   app.require_subcommand(1);
   frameshard::cli::register_plan_command(app);
   frameshard::cli::register_analyze_command(app);

@@ -123,5 +123,10 @@ std::string to_yaml(const Config& config);
 /// split_frames, split.window_side = the tower's window side in patches,
 /// 8 for qwen2.5-vl, else 0).
 PlanOptions plan_options(const Config& config);
+/// The same for a caller that knows the tower it runs (train/ab, encode,
+/// the Python package given a module): cost_alpha "auto" and "automodel"
+/// count `running` (not the `tower` preset, which only names the tower
+/// when none is known) and split.window_side is `running`'s window side.
+PlanOptions plan_options(const Config& config, const TowerDims& running);
 
 }  // namespace frameshard

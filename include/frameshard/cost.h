@@ -11,13 +11,20 @@
 //   QKV + output projections  4*p*d^2
 //   MLP                      2*p*d*f (plain) or 3*p*d*f (gated, SwiGLU)
 //   attention (QK^T and AV)   2*p^2*d (full) or 2*p*min(p, window)*d
-// Summed over the tower's layers and divided by 2*d*L_full (L_full = layers
-// with full attention) this is
-//   a = 1, b = depth * (2d + f) / L_full          (plain MLP)
-//          depth * (2d + 1.5 f) / L_full          (gated MLP)
-//   window_coef = L_window / L_full, window = window patches.
-// Patch embedding and the merger are not counted (< 3 % of block work for
-// every preset). Qwen3-VL (d 1152, f 4304, plain): alpha = 6608.
+// and per merger (the patch merger, and each of Qwen3-VL's DeepStack
+// mergers: an MLP d*m^2 -> d*m^2 -> o on every merged token of m^2 patches)
+//   p*d*(d*m^2 + o)
+// Summed over the tower and divided by 2*d*L_full (L_full = layers with
+// full attention) this is
+//   a = 1, b = (depth * (2d + f) + M * (d*m^2 + o) / 2) / L_full  (plain)
+//          with 1.5 f for f in a gated MLP (SwiGLU)
+//   window_coef = L_window / L_full, window = window patches,
+// M mergers of output width o. Patch embedding is not counted (under 1 %
+// of the tower for every preset). Qwen3-VL (d 1152, f 4304, plain, 27
+// layers, 4 mergers to transformers' default o = 3584): alpha = 6608 + 606.8.
+// The presets are transformers' class defaults (out_hidden 3584); a loaded
+// checkpoint or module costs its own sizes (frameshard/models/cost_bridge.h,
+// the Python package's frameshard.tower_dims).
 // NeMo Automodel uses alpha = 3 * d (3456 for Qwen3-VL), which undercounts
 // the linear work about 1.9x; it stays available as "automodel" for A/B.
 // A calibrated a*p^2 + b*p + c fitted from timings is accepted too, written
@@ -60,9 +67,17 @@ struct TowerDims {
   // window_patches == 0 means every layer attends over the whole frame.
   int64_t window_patches = 0;
   std::vector<int64_t> full_attention_layers;
+  // Mergers: how many (1 + DeepStack layers; 0 leaves them uncounted), the
+  // spatial merge size m (m^2 patches per merged token) and the width o
+  // each merger projects to (out_hidden_size).
+  int64_t mergers = 0;
+  int64_t merge_size = 2;
+  int64_t out_hidden = 0;
 
   int64_t full_layers() const;    // layers with full attention
   int64_t window_layers() const;  // depth - full_layers()
+  /// "qwen3-vl depth 4, width 256, mlp 1024, 4 mergers to 512" (reports).
+  std::string describe() const;
 };
 
 /// Named presets: "qwen2-vl", "qwen2.5-vl", "qwen3-vl" (8B/32B/30B-A3B/235B),
@@ -117,6 +132,15 @@ bool is_calibration_path(const std::string& spec);
 CostModel parse_cost_alpha(
     const std::string& spec,
     const std::string& auto_tower = "qwen3-vl",
+    const char* field = "cost_alpha");
+
+/// parse_cost_alpha where "auto" and "automodel" count the tower that runs,
+/// `running` (its dimensions read from the model itself), and every other
+/// spec reads as above. The label names the dimensions ("auto (qwen3-vl
+/// depth 4, width 256, ... FLOPs, alpha=...)").
+CostModel parse_cost_alpha(
+    const std::string& spec,
+    const TowerDims& running,
     const char* field = "cost_alpha");
 
 }  // namespace frameshard

@@ -19,10 +19,27 @@ import torch  # noqa: F401  (must be loaded before the extension)
 from . import _C
 from ._C import FrameshardError
 from .config import FrameShardingConfig, parse_yaml
-from .plan import FrameUnit, Plan, RankPlan, plan
+from .plan import FrameUnit, Plan, RankPlan, plan, workload
 from .shard import all_gather_rows, shard_vision, visual_token_owners
+from .towers import TowerDims, cost_model, tower_dims
+from .calibrate import Calibration, calibrate
 
-__version__ = "0.1.0"
+# The CMake project version, compiled into the extension (pyproject.toml reads the same).
+__version__ = _C.build_info()["version"]
+
+
+def build_info() -> dict:
+    """What this build is: frameshard's version and git revision, the torch it was compiled
+    against and the one running, and whether CUDA, NCCL and C++ Gloo group creation are compiled
+    in (`frameshard --version` prints the same for the CLI). `text` holds the printable form."""
+    info = dict(_C.build_info())
+    info["torch_runtime"] = torch.__version__
+    info["cuda_available"] = bool(torch.cuda.is_available())
+    info["text"] = info["text"] + "torch at run time: %s (CUDA available: %s)\n" % (
+        info["torch_runtime"],
+        "yes" if info["cuda_available"] else "no",
+    )
+    return info
 
 if _C.torch_version != torch.__version__:
     raise ImportError(
@@ -34,15 +51,22 @@ if _C.torch_version != torch.__version__:
 from . import hf  # noqa: E402  (after the version check)
 
 __all__ = [
+    "Calibration",
     "FrameShardingConfig",
     "FrameUnit",
     "FrameshardError",
     "Plan",
     "RankPlan",
+    "TowerDims",
     "all_gather_rows",
+    "build_info",
+    "calibrate",
+    "cost_model",
     "hf",
     "parse_yaml",
     "plan",
     "shard_vision",
+    "tower_dims",
     "visual_token_owners",
+    "workload",
 ]

@@ -12,9 +12,17 @@ class is untouched) with one that runs the original forward on this rank's frame
 sharded path; on the replicated path (policy below its thresholds) the original output is
 returned unchanged. `disable` deletes the instance attribute, restoring the class's forward.
 
-Supported vision modules (transformers 5.24.0 checked; see README.md, "Python package"):
-Qwen2-VL, Qwen2.5-VL, Qwen3-VL (DeepStack), Qwen3.5, and the Qwen3-VL-MoE / Qwen3.5-MoE vision
-modules (the same module code). Anything else raises FrameshardError naming what was expected.
+Supported vision modules (transformers 5.24.0 checked; see docs/python.md): Qwen2-VL,
+Qwen2.5-VL, Qwen3-VL (DeepStack), Qwen3.5, and the Qwen3-VL-MoE / Qwen3.5-MoE vision modules (the
+same module code), recognised by their class hierarchy, so a subclass or FSDP2's generated
+`FSDP<Class>` counts. The model may be held however a trainer holds it: `enable`, `disable` and
+`is_enabled` see through torch.compile (`_orig_mod`), DistributedDataParallel and FSDP1
+(`.module`) and PEFT (`get_base_model()`), at the top or at `.visual` / `.model.visual`; FSDP2's
+`fully_shard` may come before or after `enable`. Anything else raises FrameshardError naming what
+was found and what to pass.
+
+Cost: the plan costs the wrapped tower itself (frameshard.tower_dims of its config) when
+`cost_alpha` is "auto" or "automodel"; `Plan.cost_model` names the dimensions.
 
 The forward calls are collective over the group: every rank must run the vision module on the
 same pixel_values and grid_thw (as CP ranks of one microbatch do).
@@ -23,8 +31,9 @@ same pixel_values and grid_thw (as CP ranks of one microbatch do).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -32,6 +41,7 @@ import torch.distributed as dist
 from ._C import FrameshardError
 from .config import FrameShardingConfig
 from .shard import Timeout, resolve_group, shard_vision
+from .towers import TowerDims, tower_dims
 
 # Vision module class name -> family.
 SUPPORTED_VISION_MODULES = {
@@ -43,8 +53,6 @@ SUPPORTED_VISION_MODULES = {
     "Qwen3_5MoeVisionModel": "qwen3_5_moe",
 }
 
-# Precomputed per-batch geometry (transformers' vision_utils) describes the whole batch, not the
-# local frames: refused on the sharded path.
 _STATE = "_frameshard_state"
 
 
@@ -55,25 +63,90 @@ class _State:
     cp_size: Optional[int]
     timeout: Timeout
     family: str
+    dims: Optional[TowerDims]
 
 
-def find_vision_module(model: torch.nn.Module) -> torch.nn.Module:
-    """The supported vision module of `model` (a ...ForConditionalGeneration, its `.model`, or
-    the vision module itself); FrameshardError when there is none."""
-    candidates = [model, getattr(model, "visual", None)]
-    inner = getattr(model, "model", None)
+def _wrapped_module(module: Any) -> Any:
+    """The module a training wrapper holds, or None when `module` is not one of: torch.compile's
+    OptimizedModule (`_orig_mod`), DistributedDataParallel and FSDP1 (`.module`),
+    checkpoint_wrapper (`_checkpoint_wrapped_module`), a PEFT model (`get_base_model()`) or
+    PEFT tuner (`.model`)."""
+    if isinstance(module, torch.nn.Module):
+        for name in ("_orig_mod", "_checkpoint_wrapped_module"):
+            if name in module._modules:  # torch.compile, checkpoint_wrapper
+                return module._modules[name]
+        from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
+
+        if isinstance(module, DistributedDataParallel):
+            return module.module
+        try:
+            from torch.distributed.fsdp import FullyShardedDataParallel  # noqa: PLC0415
+        except ImportError:  # pragma: no cover  (torch without distributed)
+            FullyShardedDataParallel = ()  # noqa: N806
+        if isinstance(module, FullyShardedDataParallel):
+            return module.module
+    if hasattr(module, "peft_config"):
+        if callable(getattr(module, "get_base_model", None)):
+            return module.get_base_model()  # PeftModel -> the transformers model
+        if isinstance(getattr(module, "model", None), torch.nn.Module):
+            return module.model  # a tuner (LoraModel: PeftModel.base_model)
+    return None
+
+
+def unwrap_module(module: Any) -> Any:
+    """`module` without its training wrappers (torch.compile, DDP, FSDP1, checkpoint_wrapper,
+    PEFT), however nested. FSDP2's `fully_shard` and `replicate` keep the instance (they only
+    derive its class): unchanged."""
+    seen: set[int] = set()
+    while id(module) not in seen:
+        seen.add(id(module))
+        inner = _wrapped_module(module)
+        if inner is None:
+            break
+        module = inner
+    return module
+
+
+def family_of(module: Any) -> Optional[str]:
+    """The supported family of a vision module, from its class hierarchy (so a subclass and
+    FSDP2's generated FSDP<Class> count), or None."""
+    for cls in type(module).__mro__:
+        family = SUPPORTED_VISION_MODULES.get(cls.__name__)
+        if family is not None and cls.__module__.startswith("transformers."):
+            return family
+    return None
+
+
+def _describe(module: Any) -> str:
+    """ "DistributedDataParallel wrapping Qwen2VLForConditionalGeneration" and the like."""
+    names = [type(module).__name__]
+    inner = unwrap_module(module)
+    if inner is not module:
+        names.append(type(inner).__name__)
+    return " wrapping ".join(names)
+
+
+def find_vision_module(model: Any) -> torch.nn.Module:
+    """The supported vision module of `model` (a ...ForConditionalGeneration, its `.model`, the
+    vision module itself, or any of them wrapped by torch.compile, DDP, FSDP1/2 or PEFT);
+    FrameshardError when there is none."""
+    root = unwrap_module(model)
+    candidates = [root, getattr(root, "visual", None)]
+    inner = getattr(root, "model", None)
     if inner is not None:
         candidates.append(getattr(inner, "visual", None))
     for c in candidates:
-        if c is not None and type(c).__name__ in SUPPORTED_VISION_MODULES:
-            return c
-    found = [type(c).__name__ for c in candidates[1:] if c is not None]
+        if c is not None and family_of(unwrap_module(c)) is not None:
+            return unwrap_module(c)
+    found = [_describe(c) for c in candidates[1:] if c is not None]
     raise FrameshardError(
-        "frameshard.hf.enable: expected a transformers Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE) or "
-        "Qwen3.5(-MoE) model, or its vision module (%s), got %s%s"
+        "frameshard.hf: expected a transformers Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE) or "
+        "Qwen3.5(-MoE) model or its vision module (a subclass of %s; torch.compile, DDP, FSDP, "
+        "checkpoint_wrapper and PEFT wrappers are seen through), got %s%s; pass the model or its "
+        "vision module (for another wrapper, the model it wraps)"
         % (
             ", ".join(SUPPORTED_VISION_MODULES),
-            type(model).__name__,
+            _describe(model),
             " with vision module %s" % found[0] if found else " (no .visual or .model.visual)",
         )
     )
@@ -97,10 +170,11 @@ def enable(
         config=config if config is not None else FrameShardingConfig(enabled=True),
         cp_size=cp_size,
         timeout=timeout,
-        family=SUPPORTED_VISION_MODULES[type(visual).__name__],
+        family=str(family_of(visual)),
+        dims=tower_dims(visual),
     )
     setattr(visual, _STATE, state)
-    visual.forward = types.MethodType(_sharded_forward, visual)
+    visual.forward = types.MethodType(_compile_opaque_forward(), visual)
     return visual
 
 
@@ -119,10 +193,35 @@ def is_enabled(model: torch.nn.Module) -> bool:
     return hasattr(find_vision_module(model), _STATE)
 
 
+@functools.lru_cache(maxsize=None)
+def _compile_opaque_forward() -> Callable[..., Any]:
+    """`_sharded_forward` as torch.compile must see it: its own frame is skipped (the
+    collectives, the C++ encode and the output rebuilt from gathered rows cannot be traced: a
+    graph break), while the frames it calls -- the tower, called back from C++ -- are compiled as
+    the user asked (`torch.compiler.disable(recursive=False)`). A full disable (recursive=True)
+    would be as correct but would run the tower eagerly, losing what compiling the vision module
+    is for. Wrapped at the first `enable`, not at import: torch.compiler.disable imports
+    torch._dynamo (seconds)."""
+    return torch.compiler.disable(_sharded_forward, recursive=False)
+
+
+def _passes_through(error: Optional[BaseException]) -> bool:
+    """Whether a tower exception is control flow that must reach its caller as raised: the
+    early stop of a non-reentrant torch.utils.checkpoint recomputation, which every rank raises
+    in its own tower (all saved tensors of the checkpointed vision call are the tower's)."""
+    from torch.utils import checkpoint  # noqa: PLC0415
+
+    stop = getattr(checkpoint, "_StopRecomputationError", None)
+    return stop is not None and isinstance(error, stop)
+
+
 def _sharded_forward(
     visual: torch.nn.Module, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any
 ) -> Any:
+    """The vision module's forward while enabled (bound to the instance; see enable)."""
     state: _State = getattr(visual, _STATE)
+    # Precomputed per-batch geometry (transformers' vision_utils) describes the whole batch, not
+    # the local frames: refused on the sharded path.
     precomputed = sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
     if precomputed:
         raise FrameshardError(
@@ -132,28 +231,43 @@ def _sharded_forward(
     return_dict = kwargs.pop("return_dict", None)
     original = type(visual).forward
     last: list[Any] = [None]
+    raised: list[Optional[BaseException]] = [None]
 
     def tower(pv: torch.Tensor, grid: torch.Tensor, _cu: torch.Tensor) -> list[torch.Tensor]:
         # The original forward recomputes cu_seqlens, rotary and (Qwen2.5-VL) window indices from
         # the local grid; every one of them is per frame, so the local frames encode as they
         # would in the whole batch.
-        out = original(visual, pv, grid_thw=grid, return_dict=True, **kwargs)
+        try:
+            out = original(visual, pv, grid_thw=grid, return_dict=True, **kwargs)
+        except BaseException as e:
+            raised[0] = e
+            raise
         last[0] = out
         return [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
 
-    outputs, plan = shard_vision(
-        tower,
-        hidden_states,
-        grid_thw,
-        state.group,
-        state.config,
-        cp_size=state.cp_size,
-        spatial_merge_size=int(visual.spatial_merge_size),
-        temporal_patch_size=int(visual.config.temporal_patch_size),
-        tower_trainable=any(p.requires_grad for p in visual.parameters()),
-        timeout=state.timeout,
-        return_plan=True,
-    )
+    try:
+        outputs, plan = shard_vision(
+            tower,
+            hidden_states,
+            grid_thw,
+            state.group,
+            state.config,
+            cp_size=state.cp_size,
+            spatial_merge_size=int(visual.spatial_merge_size),
+            temporal_patch_size=int(visual.config.temporal_patch_size),
+            tower_trainable=any(p.requires_grad for p in visual.parameters()),
+            timeout=state.timeout,
+            return_plan=True,
+            tower_dims=state.dims,
+        )
+    except FrameshardError as e:
+        # Every rank raises (the ranks agree on failure); this rank's own tower exception, if
+        # any, is the cause -- or, for checkpoint's early stop, what the caller expects.
+        if _passes_through(raised[0]):
+            raise raised[0] from None
+        if raised[0] is not None:
+            raise e from raised[0]
+        raise
     out = last[0]
     if plan.sharded and return_dict is False:
         # A tuple would start with last_hidden_state, which is rank-local here.

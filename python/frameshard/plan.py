@@ -9,6 +9,7 @@ import torch
 
 from . import _C
 from .config import FrameShardingConfig
+from .towers import resolve_dims
 
 GridLike = Union[torch.Tensor, Sequence[Sequence[int]]]
 
@@ -119,18 +120,38 @@ def plan(
     *,
     spatial_merge_size: int = 2,
     temporal_patch_size: int = 2,
+    tower: Any = None,
 ) -> Plan:
     """The shard plan of `grid_thw` ([n, 3] rows (t, h, w) in patches) over `cp_size` ranks.
 
     Pure: no communication; every rank gets the same plan from the same arguments.
     `config=None` is `FrameShardingConfig(enabled=True)` (the schema's thresholds apply).
+    `tower`: the tower that will run -- TowerDims, a transformers vision module or its config
+    (frameshard.tower_dims) -- whose FLOPs `cost_alpha: auto` counts; None costs the config's
+    `tower` preset. `Plan.cost_model` says which model was used.
     Raises FrameshardError for a bad grid or config."""
     config = config if config is not None else FrameShardingConfig(enabled=True)
+    dims = resolve_dims(tower)
+    if tower is not None and dims is None:
+        raise _C.FrameshardError(
+            "frameshard.plan: expected tower to be TowerDims, a transformers vision module or "
+            "its config, got %s" % type(tower).__name__
+        )
     d = _C.plan(
         grid_tensor(grid_thw).cpu(),
         config.overrides(),
         int(cp_size),
         int(spatial_merge_size),
         int(temporal_patch_size),
+        dims.as_dict() if dims is not None else None,
     )
     return plan_from_dict(d)
+
+
+def workload(name: str, seed: int = 0, scale: int = 1) -> list[tuple[int, int, int]]:
+    """The grid_thw rows of a workload: a seeded preset of the C++ core ("doc", "multi",
+    "video", "mixed"; frameshard/workload.h, the same batches `frameshard plan --preset` and
+    the A/B use) or a workload JSON file, every frame's h and w scaled down by `scale` (>= 1) so
+    a CPU can run it. Pure."""
+    grid, _merge, _temporal = _C.workload(str(name), int(seed), int(scale))
+    return [tuple(g) for g in grid]

@@ -16,6 +16,7 @@ from . import _C
 from ._C import FrameshardError
 from .config import FrameShardingConfig
 from .plan import GridLike, Plan, grid_tensor, plan_from_dict
+from .towers import TowerDims, resolve_dims
 
 TowerOutput = Union[torch.Tensor, Sequence[torch.Tensor]]
 Tower = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], TowerOutput]
@@ -80,6 +81,7 @@ def shard_vision(
     timeout: Timeout = None,
     return_plan: bool = False,
     token_owner: Optional[Sequence[int]] = None,
+    tower_dims: Optional[TowerDims] = None,
 ) -> Union[TowerOutput, tuple[TowerOutput, Plan]]:
     """Runs `tower` on this rank's frames only and returns the gathered outputs, in order.
 
@@ -108,6 +110,9 @@ def shard_vision(
             token (e.g. visual_token_owners from the sequence positions of the visual tokens);
             each rank then receives only its rows, in ascending token order, by one all-to-all
             whose backward returns every gradient row to the rank that encoded it.
+        tower_dims: the sizes `cost_alpha: auto` counts (frameshard.tower_dims); None: read
+            from `tower` when it is a transformers vision module, else the config's `tower`
+            preset. The returned Plan's `cost_model` names the model used.
 
     Returns:
         The gathered output [total_tokens, hidden] -- a tuple of them when the tower returns a
@@ -124,6 +129,7 @@ def shard_vision(
             "'owner', got gather=%r and token_owner %s"
             % (config.gather, "given" if token_owner is not None else "None")
         )
+    dims = tower_dims if tower_dims is not None else resolve_dims(tower)
     returned_sequence = [False]
 
     def call(pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> list[torch.Tensor]:
@@ -145,6 +151,7 @@ def shard_vision(
         bool(_trainable(tower) if tower_trainable is None else tower_trainable),
         _millis(timeout),
         [int(o) for o in token_owner] if token_owner is not None else [],
+        dims.as_dict() if dims is not None else None,
     )
     result: TowerOutput = tuple(outputs) if returned_sequence[0] else outputs[0]
     if return_plan:

@@ -310,35 +310,53 @@ std::string to_yaml(const Config& config) {
   return std::string(out.c_str()) + "\n";
 }
 
-PlanOptions plan_options(const Config& config) {
-  validate(config);
+namespace {
+
+// Pieces of a window-attention tower end on window rows (8 patch rows for
+// Qwen2.5-VL's 8 x 8 patch windows); 0 for a full-attention tower.
+int64_t window_side_of(const TowerDims& tower) {
+  int64_t side = 0;
+  while ((side + 1) * (side + 1) <= tower.window_patches) {
+    ++side;
+  }
+  return side;
+}
+
+// `tower`: the preset frame_sharding.tower names, or the running tower.
+PlanOptions options_for(
+    const Config& config, const TowerDims& tower, bool running) {
   const FrameShardingConfig& fs = config.frame_sharding;
   PlanOptions o;
   o.world = config.cp_size;
   o.partitioner = parse_partitioner(fs.partitioner, "partitioner");
-  o.cost = parse_cost_alpha(fs.cost_alpha, fs.tower, "cost_alpha");
+  o.cost = running ? parse_cost_alpha(fs.cost_alpha, tower, "cost_alpha")
+                   : parse_cost_alpha(fs.cost_alpha, fs.tower, "cost_alpha");
   o.min_local_patch_rows = fs.min_local_patch_rows;
   o.policy.enabled = fs.enabled;
   o.policy.min_tokens = fs.min_tokens;
   o.policy.min_frames = fs.min_frames;
   o.split.enabled = fs.split_frames;
   o.split.exchange_row_cost = static_cast<double>(fs.split_exchange_cost);
-  // Pieces of a window-attention tower end on window rows (8 patch rows
-  // for Qwen2.5-VL's 8 x 8 patch windows).
-  const int64_t window = tower_preset(fs.tower).window_patches;
-  int64_t side = 0;
-  while ((side + 1) * (side + 1) <= window) {
-    ++side;
-  }
-  o.split.window_side = side;
+  o.split.window_side = window_side_of(tower);
   o.policy.kind = parse_policy_kind(fs.policy, "policy");
   o.policy.gather_bandwidth_gbps = fs.gather_bandwidth_gbps;
   if (o.cost.seconds_per_unit <= 0.0) {
     // A bare alpha or automodel: the units of the tower's FLOP model.
-    o.cost.seconds_per_unit =
-        flop_cost_model(tower_preset(fs.tower)).seconds_per_unit;
+    o.cost.seconds_per_unit = flop_cost_model(tower).seconds_per_unit;
   }
   return o;
+}
+
+}  // namespace
+
+PlanOptions plan_options(const Config& config) {
+  validate(config);
+  return options_for(config, tower_preset(config.frame_sharding.tower), false);
+}
+
+PlanOptions plan_options(const Config& config, const TowerDims& running) {
+  validate(config);
+  return options_for(config, running, true);
 }
 
 }  // namespace frameshard

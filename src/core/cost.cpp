@@ -21,6 +21,8 @@ const std::vector<TowerDims>& presets() {
       t.depth = 32;
       t.hidden = 1280;
       t.intermediate = 5120;
+      t.mergers = 1;
+      t.out_hidden = 3584;  // transformers' default (Qwen2-VL-7B)
       v.push_back(t);
     }
     {
@@ -32,6 +34,8 @@ const std::vector<TowerDims>& presets() {
       t.gated_mlp = true;
       t.window_patches = (112 / 14) * (112 / 14);
       t.full_attention_layers = {7, 15, 23, 31};
+      t.mergers = 1;
+      t.out_hidden = 3584;  // transformers' default (Qwen2.5-VL-7B)
       v.push_back(t);
     }
     {
@@ -40,6 +44,8 @@ const std::vector<TowerDims>& presets() {
       t.depth = 27;
       t.hidden = 1152;
       t.intermediate = 4304;
+      t.mergers = 4;        // the merger and 3 DeepStack mergers
+      t.out_hidden = 3584;  // transformers' default
       v.push_back(t);
     }
     {
@@ -48,6 +54,8 @@ const std::vector<TowerDims>& presets() {
       t.depth = 24;
       t.hidden = 1024;
       t.intermediate = 4096;
+      t.mergers = 4;
+      t.out_hidden = 3584;  // transformers' default
       v.push_back(t);
     }
     {
@@ -56,6 +64,8 @@ const std::vector<TowerDims>& presets() {
       t.depth = 27;
       t.hidden = 1152;
       t.intermediate = 4304;
+      t.mergers = 1;        // no DeepStack
+      t.out_hidden = 3584;  // transformers' default
       v.push_back(t);
     }
     return v;
@@ -141,6 +151,15 @@ namespace {
       "\"");
 }
 
+// "alpha=6608", or for a window model "alpha=b+w*min(p,W), effective e".
+std::string alpha_text(const CostModel& m) {
+  if (m.window_coef == 0.0) {
+    return "alpha=" + fmt(m.b);
+  }
+  return "alpha=" + fmt(m.b) + "+" + fmt(m.window_coef) + "*min(p," +
+         std::to_string(m.window) + "), effective " + fmt(m.effective_alpha());
+}
+
 }  // namespace
 
 int64_t TowerDims::full_layers() const {
@@ -150,6 +169,21 @@ int64_t TowerDims::full_layers() const {
 
 int64_t TowerDims::window_layers() const {
   return depth - full_layers();
+}
+
+std::string TowerDims::describe() const {
+  std::ostringstream os;
+  os << name << " depth " << depth << ", width " << hidden << ", "
+     << (gated_mlp ? "gated " : "") << "mlp " << intermediate;
+  if (window_patches > 0) {
+    os << ", " << window_patches << "-patch windows, " << full_layers()
+       << " full-attention layers";
+  }
+  if (mergers > 0) {
+    os << ", " << mergers << (mergers == 1 ? " merger" : " mergers") << " to "
+       << out_hidden;
+  }
+  return os.str();
 }
 
 const TowerDims& tower_preset(const std::string& name) {
@@ -267,24 +301,38 @@ CostModel flop_cost_model(const TowerDims& tower) {
         tower.full_attention_layers.size(),
         " entries");
   }
+  FRAMESHARD_CHECK(
+      tower.mergers >= 0 && (tower.mergers == 0 ||
+                             (tower.merge_size > 0 && tower.out_hidden > 0)),
+      fn,
+      "expected ",
+      tower.name,
+      ".mergers >= 0 and, with mergers, merge_size > 0 and out_hidden > 0, "
+      "got mergers=",
+      tower.mergers,
+      ", merge_size=",
+      tower.merge_size,
+      ", out_hidden=",
+      tower.out_hidden);
   const double d = static_cast<double>(tower.hidden);
   const double f = static_cast<double>(tower.intermediate);
   const double per_layer = 2.0 * d + (tower.gated_mlp ? 1.5 * f : f);
+  const double mm = static_cast<double>(tower.merge_size * tower.merge_size);
+  const double per_merger =
+      (d * mm + static_cast<double>(tower.out_hidden)) / 2.0;
   const double full = static_cast<double>(tower.full_layers());
   CostModel m;
   m.a = 1.0;
-  m.b = static_cast<double>(tower.depth) * per_layer / full;
+  m.b = (static_cast<double>(tower.depth) * per_layer +
+         static_cast<double>(tower.mergers) * per_merger) /
+        full;
   m.seconds_per_unit = 12.0 * d * full / kAssumedTowerFlops;
   m.c = 0.0;
   if (tower.window_patches > 0 && tower.window_layers() > 0) {
     m.window_coef = static_cast<double>(tower.window_layers()) / full;
     m.window = tower.window_patches;
-    m.label = tower.name + " FLOPs, alpha=" + fmt(m.b) + "+" +
-              fmt(m.window_coef) + "*min(p," + std::to_string(m.window) +
-              "), effective " + fmt(m.effective_alpha());
-  } else {
-    m.label = tower.name + " FLOPs, alpha=" + fmt(m.b);
   }
+  m.label = tower.name + " FLOPs, " + alpha_text(m);
   return m;
 }
 
@@ -368,6 +416,19 @@ CostModel parse_cost_alpha(
     return read_calibration(spec, field);
   }
   bad_spec(field, spec);
+}
+
+CostModel parse_cost_alpha(
+    const std::string& spec, const TowerDims& running, const char* field) {
+  if (spec == "auto") {
+    CostModel m = flop_cost_model(running);
+    m.label = "auto (" + running.describe() + " FLOPs, " + alpha_text(m) + ")";
+    return m;
+  }
+  if (spec == "automodel") {
+    return automodel_cost_model(running);
+  }
+  return parse_cost_alpha(spec, std::string("qwen3-vl"), field);
 }
 
 }  // namespace frameshard

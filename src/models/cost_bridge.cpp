@@ -13,6 +13,9 @@ TowerDims tower_dims(const Qwen2VLVisionConfig& c) {
   d.depth = c.depth;
   d.hidden = c.embed_dim;
   d.intermediate = c.intermediate_size();
+  d.mergers = 1;
+  d.merge_size = c.spatial_merge_size;
+  d.out_hidden = c.hidden_size;  // the merger's output width
   return d;
 }
 
@@ -32,6 +35,9 @@ TowerDims tower_dims(const Qwen2_5VLVisionConfig& c) {
       d.full_attention_layers.push_back(i);
     }
   }
+  d.mergers = 1;
+  d.merge_size = c.spatial_merge_size;
+  d.out_hidden = c.out_hidden_size;
   return d;
 }
 
@@ -41,6 +47,10 @@ TowerDims tower_dims(const Qwen3VLVisionConfig& c) {
   d.depth = c.depth;
   d.hidden = c.hidden_size;
   d.intermediate = c.intermediate_size;
+  // The merger and one DeepStack merger per listed layer.
+  d.mergers = 1 + static_cast<int64_t>(c.deepstack_visual_indexes.size());
+  d.merge_size = c.spatial_merge_size;
+  d.out_hidden = c.out_hidden_size;
   return d;
 }
 

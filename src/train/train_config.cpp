@@ -204,8 +204,10 @@ std::string to_yaml(const TrainConfig& config) {
   return frameshard::to_yaml(config.parallel) + out.c_str() + "\n";
 }
 
-PlanOptions arm_plan_options(const TrainConfig& config, bool sharded) {
-  PlanOptions o = frameshard::plan_options(config.parallel);
+namespace {
+
+PlanOptions arm_options(
+    const TrainConfig& config, bool sharded, PlanOptions o) {
   if (!sharded) {
     o.policy.enabled = false;
     return o;
@@ -222,6 +224,19 @@ PlanOptions arm_plan_options(const TrainConfig& config, bool sharded) {
     o.min_local_patch_rows = 0;
   }
   return o;
+}
+
+}  // namespace
+
+PlanOptions arm_plan_options(const TrainConfig& config, bool sharded) {
+  return arm_options(
+      config, sharded, frameshard::plan_options(config.parallel));
+}
+
+PlanOptions arm_plan_options(
+    const TrainConfig& config, bool sharded, const TowerDims& running) {
+  return arm_options(
+      config, sharded, frameshard::plan_options(config.parallel, running));
 }
 
 }  // namespace train

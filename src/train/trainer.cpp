@@ -165,12 +165,10 @@ Trainer::Trainer(
     s.decoder->to(s.dtype);
     s.tower.module->to(groups.device);
     s.decoder->to(groups.device);
-    s.plan = arm_plan_options(config, sharded);
+    // cost_alpha auto counts the FLOPs of the tower that runs, not a preset.
+    s.plan =
+        arm_plan_options(config, sharded, models::tower_dims(s.tower.config));
     s.plan.layout = models::media_layout(s.tower.config);
-    if (config.parallel.frame_sharding.cost_alpha == "auto") {
-      // The FLOPs of the tower that runs, not of a preset.
-      s.plan.cost = flop_cost_model(models::tower_dims(s.tower.config));
-    }
     if (!config.data.manifest.empty()) {
       s.manifest = load_manifest(config.data.manifest, s.plan.layout);
     }

@@ -173,6 +173,9 @@ void expect_same_dims(const TowerDims& got, const TowerDims& want) {
   EXPECT_EQ(got.gated_mlp, want.gated_mlp) << want.name;
   EXPECT_EQ(got.window_patches, want.window_patches) << want.name;
   EXPECT_EQ(got.full_attention_layers, want.full_attention_layers) << want.name;
+  EXPECT_EQ(got.mergers, want.mergers) << want.name;
+  EXPECT_EQ(got.merge_size, want.merge_size) << want.name;
+  EXPECT_EQ(got.out_hidden, want.out_hidden) << want.name;
   EXPECT_DOUBLE_EQ(
       flop_cost_model(got).effective_alpha(),
       flop_cost_model(want).effective_alpha())
@@ -190,9 +193,11 @@ TEST(QwenCostPresets, MatchHuggingFaceDefaultConfigs) {
   expect_same_dims(tower_dims(q25), tower_preset("qwen2.5-vl"));
   // Qwen3-VL 8B/32B/30B-A3B/235B: the class defaults.
   expect_same_dims(tower_dims(Qwen3VLVisionConfig{}), tower_preset("qwen3-vl"));
+  // 27 blocks of 2 * 1152 + 4304, the merger and 3 DeepStack mergers of
+  // (1152 * 4 + 3584) / 2 each, over 27 full-attention layers.
   EXPECT_DOUBLE_EQ(
       flop_cost_model(tower_dims(Qwen3VLVisionConfig{})).effective_alpha(),
-      6608.0);
+      (27.0 * 6608 + 4.0 * 4096) / 27);
   // Qwen3-VL 2B/4B vision_config: depth 24, hidden 1024, MLP 4096.
   const auto small = parse_qwen_vision_config(
       R"({"model_type":"qwen3_vl","vision_config":{"depth":24,)"
@@ -205,6 +210,13 @@ TEST(QwenCostPresets, MatchHuggingFaceDefaultConfigs) {
   const auto tiny = tower_dims(tiny_config(QwenFamily::kQwen2_5VL));
   EXPECT_EQ(tiny.window_patches, 16);  // 4 x 4 patches
   EXPECT_EQ(tiny.full_attention_layers, std::vector<int64_t>{1});
+  EXPECT_EQ(tiny.mergers, 1);
+  const auto tiny3 = tower_dims(tiny_config(QwenFamily::kQwen3VL));
+  EXPECT_EQ(
+      tiny3.mergers,
+      1 + static_cast<int64_t>(tiny_config(QwenFamily::kQwen3VL)
+                                   .as<Qwen3VLVisionConfig>()
+                                   .deepstack_visual_indexes.size()));
   EXPECT_GT(flop_cost_model(tiny)(64), flop_cost_model(tiny)(16));
 }
 

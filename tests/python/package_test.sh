@@ -2,8 +2,11 @@
 # The Python package as a user gets it: sets up the modern-tier venv (scripts/setup-modern.sh;
 # fast when it is already there), installs the package into it with the README's line
 # (`pip install --no-build-isolation .`: builds frameshard._C against the venv's torch, with
-# warnings as errors), runs tests/python/test_package.py with the venv's pytest, then the
-# README's two-process training-step example under torchrun.
+# warnings as errors) on a machine as a cluster node has it -- Debian's yaml-cpp, nlohmann-json
+# and gloo packages hidden (scripts/without-debian-deps.sh), so only torch, the compiler, CMake
+# and the PyPI build requirements of pyproject.toml are there -- checks that the module links
+# the PyPI yaml-cpp, runs the Python test files with the venv's pytest, then the README's
+# two-process training-step example under torchrun.
 # Usage: bash tests/python/package_test.sh <repo root>
 set -euo pipefail
 ROOT=${1:?usage: package_test.sh <repo root>}
@@ -13,12 +16,28 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 bash "$ROOT/scripts/setup-modern.sh"
+# A fresh configure: a cache from a build that saw Debian's packages would keep their paths.
+rm -f "$ROOT"/build-python-*/CMakeCache.txt
 start=$(date +%s)
-CMAKE_BUILD_PARALLEL_LEVEL=${FRAMESHARD_JOBS:-2} "$VENV/bin/python" -m pip install -q \
+bash "$ROOT/scripts/without-debian-deps.sh" env \
+  CMAKE_BUILD_PARALLEL_LEVEL="${FRAMESHARD_JOBS:-2}" "$VENV/bin/python" -m pip install -q \
   --no-build-isolation -C cmake.define.FRAMESHARD_WERROR=ON "$ROOT"
-echo "package_test: pip install . took $(($(date +%s) - start)) s"
+echo "package_test: pip install . (Debian's C++ packages hidden) took $(($(date +%s) - start)) s"
+
+cd "$TMP"  # import the installed package, not python/frameshard
+so=$("$VENV/bin/python" -c 'import frameshard._C as c; print(c.__file__)')
+yaml=$(ldd "$so" | awk '/libyaml-cpp/ {print $3}')
+case "$yaml" in
+*/cmeel.prefix/lib/*) echo "package_test: _C links $yaml" ;;
+*)
+  echo "package_test: expected _C to link the PyPI yaml-cpp (cmeel.prefix), got '$yaml'" >&2
+  exit 1
+  ;;
+esac
+"$VENV/bin/python" -c 'import frameshard; b = frameshard.build_info(); print(b["text"], end="")
+assert not b["gloo_groups"], b'
 
 cd "$ROOT"
 "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --basetemp "$TMP/pytest" \
-  tests/python/test_package.py
+  tests/python/test_package.py tests/python/test_costs.py
 "$VENV/bin/torchrun" --standalone --nproc-per-node 2 examples/python/hf_train_step.py

@@ -33,6 +33,11 @@ double tower_macs(const TowerDims& t, int64_t p) {
     macs += (t.gated_mlp ? 3.0 : 2.0) * pp * d * f;  // MLP
     macs += 2.0 * pp * span * d;                     // QK^T and AV
   }
+  // Each merger: an MLP d*m^2 -> d*m^2 -> o on each of the p / m^2 tokens.
+  const double in = d * static_cast<double>(t.merge_size * t.merge_size);
+  const double tokens = pp / static_cast<double>(t.merge_size * t.merge_size);
+  macs += static_cast<double>(t.mergers) * tokens *
+          (in * in + in * static_cast<double>(t.out_hidden));
   return macs;
 }
 
@@ -63,6 +68,17 @@ TEST(TowerPreset, HuggingFaceDims) {
   EXPECT_EQ(q35.hidden, q3.hidden);
   EXPECT_EQ(q35.intermediate, q3.intermediate);
   EXPECT_EQ(q35.depth, q3.depth);
+  // Mergers: the patch merger, plus Qwen3-VL's three DeepStack mergers; all
+  // to transformers' default out_hidden_size.
+  EXPECT_EQ(q2.mergers, 1);
+  EXPECT_EQ(q25.mergers, 1);
+  EXPECT_EQ(q3.mergers, 4);
+  EXPECT_EQ(small.mergers, 4);
+  EXPECT_EQ(q35.mergers, 1);
+  for (const auto* t : {&q2, &q25, &q3, &small, &q35}) {
+    EXPECT_EQ(t->merge_size, 2) << t->name;
+    EXPECT_EQ(t->out_hidden, 3584) << t->name;
+  }
   EXPECT_EQ(
       tower_preset_names(),
       (std::vector<std::string>{
@@ -77,25 +93,32 @@ TEST(TowerPreset, UnknownNameListsPresets) {
 }
 
 TEST(FlopCostModel, PresetAlphas) {
+  // Blocks 27 * (2 * 1152 + 4304), 4 mergers (1152 * 4 + 3584) / 2, over 27.
   CostModel q3 = flop_cost_model(tower_preset("qwen3-vl"));
+  const double q3_b = (27.0 * 6608 + 4.0 * 4096) / 27;
   EXPECT_EQ(q3.a, 1.0);
-  EXPECT_EQ(q3.b, 6608.0);
+  EXPECT_DOUBLE_EQ(q3.b, q3_b);
   EXPECT_EQ(q3.c, 0.0);
   EXPECT_EQ(q3.window_coef, 0.0);
-  EXPECT_EQ(q3.effective_alpha(), 6608.0);
-  EXPECT_EQ(q3.label, "qwen3-vl FLOPs, alpha=6608");
-  EXPECT_EQ(flop_cost_model(tower_preset("qwen3.5")).b, 6608.0);
-  EXPECT_EQ(flop_cost_model(tower_preset("qwen2-vl")).b, 7680.0);
-  EXPECT_EQ(flop_cost_model(tower_preset("qwen3-vl-small")).b, 6144.0);
+  EXPECT_DOUBLE_EQ(q3.effective_alpha(), q3_b);
+  EXPECT_EQ(q3.label, "qwen3-vl FLOPs, alpha=7214.814815");
+  EXPECT_DOUBLE_EQ(
+      flop_cost_model(tower_preset("qwen3.5")).b, (27.0 * 6608 + 4096) / 27);
+  EXPECT_EQ(flop_cost_model(tower_preset("qwen2-vl")).b, 7816.0);
+  EXPECT_EQ(flop_cost_model(tower_preset("qwen3-vl-small")).b, 6784.0);
 
   CostModel q25 = flop_cost_model(tower_preset("qwen2.5-vl"));
-  EXPECT_EQ(q25.b, 61520.0);
+  EXPECT_EQ(q25.b, 62608.0);
   EXPECT_EQ(q25.window_coef, 7.0);
   EXPECT_EQ(q25.window, 64);
-  EXPECT_EQ(q25.effective_alpha(), 61968.0);
+  EXPECT_EQ(q25.effective_alpha(), 63056.0);
   // Below the window every layer attends over the whole frame.
-  EXPECT_EQ(q25(32), 32.0 * 32 + 61520.0 * 32 + 7.0 * 32 * 32);
-  EXPECT_EQ(q25(100), 100.0 * 100 + 61520.0 * 100 + 7.0 * 100 * 64);
+  EXPECT_EQ(q25(32), 32.0 * 32 + 62608.0 * 32 + 7.0 * 32 * 32);
+  EXPECT_EQ(q25(100), 100.0 * 100 + 62608.0 * 100 + 7.0 * 100 * 64);
+  // Without mergers: the blocks alone (6608 per Qwen3-VL layer).
+  TowerDims blocks = tower_preset("qwen3-vl");
+  blocks.mergers = 0;
+  EXPECT_EQ(flop_cost_model(blocks).b, 6608.0);
 }
 
 TEST(FlopCostModel, MatchesLayerByLayerCount) {
@@ -119,8 +142,11 @@ TEST(FlopCostModel, MatchesLayerByLayerCount) {
   custom.gated_mlp = true;
   custom.window_patches = 16;
   custom.full_attention_layers = {5, 2};
+  custom.mergers = 2;
+  custom.merge_size = 2;
+  custom.out_hidden = 12;
   const CostModel m = flop_cost_model(custom);
-  EXPECT_EQ(m.b, 6.0 * (16 + 30) / 2);
+  EXPECT_EQ(m.b, (6.0 * (16 + 30) + 2.0 * (8 * 4 + 12) / 2) / 2);
   EXPECT_EQ(m.window_coef, 2.0);
   for (int64_t p : {1, 8, 16, 17, 100}) {
     EXPECT_NEAR(m(p) * 2 * 8 * 2, tower_macs(custom, p), 1e-6) << p;
@@ -147,6 +173,11 @@ TEST(FlopCostModel, RejectsInvalidTowers) {
   t.full_attention_layers = {1, 1};  // duplicate
   m = error_of([&] { flop_cost_model(t); });
   expect_contains(m, "distinct");
+  t.full_attention_layers = {1};
+  t.mergers = 1;  // a merger needs its output width
+  m = error_of([&] { flop_cost_model(t); });
+  expect_contains(m, "broken.mergers >= 0 and, with mergers, merge_size > 0");
+  expect_contains(m, "got mergers=1, merge_size=2, out_hidden=0");
 }
 
 TEST(CostModel, AlphaAndQuadratic) {
@@ -168,18 +199,56 @@ TEST(AutomodelCostModel, ThreeTimesHidden) {
   CostModel m = automodel_cost_model(tower_preset("qwen3-vl"));
   EXPECT_EQ(m.b, 3456.0);
   EXPECT_EQ(m.label, "automodel (3*hidden=3456)");
-  // The FLOP count gives about 1.9x more linear work.
-  EXPECT_NEAR(flop_cost_model(tower_preset("qwen3-vl")).b / m.b, 1.912, 0.001);
+  // The FLOP count gives about 2.1x more linear work (1.9x without the
+  // mergers).
+  EXPECT_NEAR(flop_cost_model(tower_preset("qwen3-vl")).b / m.b, 2.088, 0.001);
+}
+
+TEST(ParseCostAlpha, AutoCountsTheRunningTower) {
+  // A tiny Qwen3-VL of the tests' size: the planner must cost it, not the
+  // released tower the `tower` preset names.
+  TowerDims tiny;
+  tiny.name = "qwen3-vl";
+  tiny.depth = 4;
+  tiny.hidden = 256;
+  tiny.intermediate = 1024;
+  tiny.mergers = 4;
+  tiny.out_hidden = 512;
+  CostModel m = parse_cost_alpha("auto", tiny);
+  const double b = (4.0 * (2 * 256 + 1024) + 4.0 * (256 * 4 + 512) / 2) / 4;
+  EXPECT_DOUBLE_EQ(m.b, b);
+  EXPECT_EQ(
+      m.label,
+      "auto (qwen3-vl depth 4, width 256, mlp 1024, 4 mergers to 512 FLOPs, "
+      "alpha=2304)");
+  EXPECT_EQ(parse_cost_alpha("automodel", tiny).b, 768.0);
+  // Any other spec reads as it always does.
+  EXPECT_EQ(parse_cost_alpha("512", tiny).b, 512.0);
+  EXPECT_EQ(parse_cost_alpha("qwen2-vl", tiny).b, 7816.0);
+  EXPECT_EQ(
+      parse_cost_alpha("automodel:qwen3-vl", tiny).label,
+      "automodel:qwen3-vl (3*hidden=3456)");
+  EXPECT_EQ(
+      tiny.describe(),
+      "qwen3-vl depth 4, width 256, mlp 1024, 4 mergers to 512");
+  tiny.gated_mlp = true;
+  tiny.window_patches = 64;
+  tiny.full_attention_layers = {3};
+  tiny.mergers = 1;
+  EXPECT_EQ(
+      tiny.describe(),
+      "qwen3-vl depth 4, width 256, gated mlp 1024, 64-patch windows, 1 "
+      "full-attention layers, 1 merger to 512");
 }
 
 TEST(ParseCostAlpha, AcceptedSpecs) {
   CostModel m = parse_cost_alpha("auto");
-  EXPECT_EQ(m.b, 6608.0);
-  EXPECT_EQ(m.label, "auto (qwen3-vl FLOPs, alpha=6608)");
-  EXPECT_EQ(parse_cost_alpha("auto", "qwen2-vl").b, 7680.0);
+  EXPECT_DOUBLE_EQ(m.b, (27.0 * 6608 + 4.0 * 4096) / 27);
+  EXPECT_EQ(m.label, "auto (qwen3-vl FLOPs, alpha=7214.814815)");
+  EXPECT_EQ(parse_cost_alpha("auto", "qwen2-vl").b, 7816.0);
   EXPECT_EQ(
       parse_cost_alpha("auto", "qwen2-vl").label,
-      "auto (qwen2-vl FLOPs, alpha=7680)");
+      "auto (qwen2-vl FLOPs, alpha=7816)");
 
   m = parse_cost_alpha("512");
   EXPECT_EQ(m.b, 512.0);
@@ -188,10 +257,10 @@ TEST(ParseCostAlpha, AcceptedSpecs) {
   EXPECT_EQ(parse_cost_alpha("0").b, 0.0);
 
   m = parse_cost_alpha("qwen2.5-vl");
-  EXPECT_EQ(m.b, 61520.0);
+  EXPECT_EQ(m.b, 62608.0);
   EXPECT_EQ(m.window_coef, 7.0);
   EXPECT_EQ(m.window, 64);
-  EXPECT_EQ(m.effective_alpha(), 61968.0);
+  EXPECT_EQ(m.effective_alpha(), 63056.0);
   EXPECT_NE(m.label.find("qwen2.5-vl FLOPs"), std::string::npos) << m.label;
 
   m = parse_cost_alpha("automodel");

@@ -143,6 +143,10 @@ const char* default_train_config_yaml();
 /// is Megatron Bridge's rule (count split, no thresholds, no floor rows,
 /// off at cp_size 1).
 PlanOptions arm_plan_options(const TrainConfig& config, bool sharded);
+/// The same for the tower that runs: cost_alpha auto counts `running`
+/// (frameshard::plan_options(config, running)).
+PlanOptions arm_plan_options(
+    const TrainConfig& config, bool sharded, const TowerDims& running);
 
 }  // namespace train
 }  // namespace frameshard
