@@ -10,6 +10,9 @@ repeated so that drift hits them alike:
 
   replicated  every rank runs the tower on every frame (frameshard off)
   frameshard  hf.enable, partitioner optimal, cost_alpha auto: the wrapped tower's own FLOP model
+  calibrated  the same with cost_alpha = a calibration of this tower on this machine
+              (frameshard.calibrate on rank 0 before the timed runs: per-frame constants, which
+              the FLOP model does not see, are in it)
   preset      the same with the released tower's cost (tower preset of the family): the planner
               before it read the wrapped module (issue 21's starting point)
   greedy      NeMo Automodel's rule: prefix-sum cut (bisect_right) of p * (p + 3 * hidden)
@@ -41,15 +44,17 @@ import sys
 import tempfile
 import time
 
-ARMS_ALL = ("replicated", "frameshard", "preset", "greedy", "count", "split")
+ARMS_ALL = ("replicated", "frameshard", "calibrated", "preset", "greedy", "count", "split")
 
 
-def arm_config(arm, family_preset):
+def arm_config(arm, family_preset, calibration=None):
     import frameshard
 
     base = dict(enabled=True, min_tokens=0, min_frames=0)
     if arm == "frameshard":
         return frameshard.FrameShardingConfig(**base)
+    if arm == "calibrated":
+        return frameshard.FrameShardingConfig(**base, cost_alpha=calibration)
     if arm == "preset":
         # The planner as it was: the released tower's FLOPs, whatever module it wraps.
         return frameshard.FrameShardingConfig(**base, cost_alpha=family_preset)
@@ -86,6 +91,12 @@ def worker(args):
     visual = hf_towers.vision_module(args.family, args.width, args.depth, attn=args.attn)
     c = visual.config
     features = c.in_channels * c.temporal_patch_size * c.patch_size**2
+    calibration = os.path.join(os.path.dirname(args.store), "calibration.txt")
+    if "calibrated" in args.arms:
+        # One calibration for every rank: ranks that planned with different costs would disagree.
+        if args.rank == 0:
+            frameshard.calibrate(visual, calibration, sizes=args.calibration_sizes, repeats=3)
+        dist.barrier()
     results = {}
     for preset in args.presets:
         grid = frameshard.workload(preset, seed=args.seed, scale=args.scale)
@@ -101,7 +112,8 @@ def worker(args):
                 if arm == "replicated":
                     hf.disable(visual)
                 else:
-                    hf.enable(visual, dist.group.WORLD, arm_config(arm, PRESET_OF_FAMILY[args.family]))
+                    hf.enable(visual, dist.group.WORLD,
+                              arm_config(arm, PRESET_OF_FAMILY[args.family], calibration))
                 visual.zero_grad(set_to_none=True)
                 dist.barrier()
                 cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -118,7 +130,7 @@ def worker(args):
                 if rep >= args.warmup:
                     times[arm].append((cpu, wall))
                 if arm != "replicated" and arm not in plans:
-                    p = frameshard.plan(grid, args.cp, arm_config(arm, PRESET_OF_FAMILY[args.family]),
+                    p = frameshard.plan(grid, args.cp, arm_config(arm, PRESET_OF_FAMILY[args.family], calibration),
                                         tower=visual, spatial_merge_size=c.spatial_merge_size)
                     plans[arm] = {"cost_model": p.cost_model, "path": p.path, "split": p.split,
                                   "rank_patch_rows": [r.local_patch_rows for r in p.ranks]}
@@ -186,7 +198,9 @@ def main():
     ap.add_argument("--scale", type=int, default=8, help="divide every frame's h and w by this")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cp", type=int, default=2)
-    ap.add_argument("--arms", default="replicated,frameshard,preset,greedy,count")
+    ap.add_argument("--arms", default="replicated,frameshard,calibrated,preset,greedy,count")
+    ap.add_argument("--calibration-sizes", default="16,64,144,256,576,1024,2304",
+                    help="patch rows per frame of the calibrated arm's sweep")
     ap.add_argument("--split", action="store_true", help="add the split_frames arm")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
@@ -198,6 +212,7 @@ def main():
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.presets = [p for p in args.presets.split(",") if p]
+    args.calibration_sizes = [int(x) for x in args.calibration_sizes.split(",") if x]
     args.arms = [a for a in args.arms.split(",") if a] + (["split"] if args.split else [])
     unknown = [a for a in args.arms if a not in ARMS_ALL]
     if unknown:

@@ -30,14 +30,30 @@ __version__ = _C.build_info()["version"]
 
 def build_info() -> dict:
     """What this build is: frameshard's version and git revision, the torch it was compiled
-    against and the one running, and whether CUDA, NCCL and C++ Gloo group creation are compiled
-    in (`frameshard --version` prints the same for the CLI). `text` holds the printable form."""
+    against and the one running, whether the CUDA paths and C++ group creation (NCCL, Gloo) are
+    compiled in (`frameshard --version` prints the same for the CLI; the pip-built extension
+    creates no groups: it runs on the torch.distributed groups it is given, whose backends
+    `distributed_backends` lists). `text` holds the printable form."""
     info = dict(_C.build_info())
     info["torch_runtime"] = torch.__version__
     info["cuda_available"] = bool(torch.cuda.is_available())
-    info["text"] = info["text"] + "torch at run time: %s (CUDA available: %s)\n" % (
-        info["torch_runtime"],
-        "yes" if info["cuda_available"] else "no",
+    # The collectives run on the torch.distributed groups they are given: these backends.
+    dist = torch.distributed
+    info["distributed_backends"] = [
+        name
+        for name, available in (
+            ("gloo", dist.is_available() and dist.is_gloo_available()),
+            ("nccl", dist.is_available() and dist.is_nccl_available()),
+        )
+        if available
+    ]
+    info["text"] = info["text"] + (
+        "torch at run time: %s (CUDA available: %s; torch.distributed groups: %s)\n"
+        % (
+            info["torch_runtime"],
+            "yes" if info["cuda_available"] else "no",
+            ", ".join(info["distributed_backends"]) or "none",
+        )
     )
     return info
 

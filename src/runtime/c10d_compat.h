@@ -38,12 +38,11 @@ namespace internal {
 ProcessGroupPtr gloo_process_group(
     const StorePtr& store, int rank, int size, const GroupOptions& options);
 
-#ifdef FRAMESHARD_WITH_NCCL
 /// A ProcessGroup whose default backend is NCCL (CUDA tensors), with Gloo
-/// registered for CPU tensors.
+/// registered for CPU tensors (gloo_groups.cpp, in a build with the NCCL
+/// path only).
 ProcessGroupPtr nccl_process_group(
     const StorePtr& store, int rank, int size, const GroupOptions& options);
-#endif
 
 /// The variable-size all-to-all (c10d's alltoall_base op).
 c10::intrusive_ptr<c10d::Work> all_to_all_single(

@@ -4,6 +4,8 @@
 // when FRAMESHARD_GLOO_GROUPS is ON; no_gloo_groups.cpp otherwise.
 #include "runtime/c10d_compat.h"
 
+#include <frameshard/error.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef FRAMESHARD_WITH_NCCL
@@ -55,6 +57,19 @@ ProcessGroupPtr nccl_process_group(
   pg->setBackend(c10::DeviceType::CUDA, BackendType::NCCL, nccl);
   pg->setBackend(c10::DeviceType::CPU, BackendType::GLOO, gloo);
   return pg;
+}
+#else
+ProcessGroupPtr nccl_process_group(
+    const StorePtr& /*store*/,
+    int /*rank*/,
+    int /*size*/,
+    const GroupOptions& /*options*/) {
+  FRAMESHARD_CHECK(
+      false,
+      "make_nccl_group",
+      "expected a build with the NCCL path (FRAMESHARD_WITH_NCCL), got one "
+      "without it");
+  return {};
 }
 #endif
 

@@ -23,5 +23,18 @@ ProcessGroupPtr gloo_process_group(
   return {};
 }
 
+ProcessGroupPtr nccl_process_group(
+    const StorePtr& /*store*/,
+    int /*rank*/,
+    int /*size*/,
+    const GroupOptions& /*options*/) {
+  FRAMESHARD_CHECK(
+      false,
+      "make_nccl_group",
+      "expected a build with gloo's headers (an NCCL group holds a Gloo "
+      "backend for CPU tensors), got a build without them");
+  return {};
+}
+
 }  // namespace internal
 }  // namespace frameshard

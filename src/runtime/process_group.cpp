@@ -338,9 +338,13 @@ bool nccl_compiled() {
 #endif
 }
 
-#ifdef FRAMESHARD_WITH_NCCL
 ProcessGroupPtr make_nccl_group(
     const StorePtr& store, int rank, int size, const GroupOptions& options) {
+  FRAMESHARD_TORCH_CHECK(
+      nccl_compiled(),
+      "make_nccl_group",
+      "expected a build with the NCCL path (FRAMESHARD_WITH_NCCL: a CUDA torch "
+      "and gloo's headers), got a build without it");
   FRAMESHARD_TORCH_CHECK(
       store, "make_nccl_group", "expected a store, got null");
   check_rank_size("make_nccl_group", rank, size);
@@ -353,7 +357,6 @@ ProcessGroupPtr make_nccl_group(
         "make_nccl_group", rank, size, "the group's store", options.timeout);
   }
 }
-#endif
 
 ProcessGroupPtr make_subgroup(
     const StorePtr& store,

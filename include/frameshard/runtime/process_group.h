@@ -109,15 +109,14 @@ ProcessGroupPtr make_group_from_env(const GroupOptions& options = {});
 /// Whether this build compiled the NCCL path (FRAMESHARD_WITH_NCCL).
 bool nccl_compiled();
 
-#ifdef FRAMESHARD_WITH_NCCL
-/// NCCL group (CUDA builds only), for CUDA tensors on the calling thread's
-/// current device, with a Gloo backend for CPU tensors.
+/// NCCL group (CUDA builds), for CUDA tensors on the calling thread's
+/// current device, with a Gloo backend for CPU tensors. In a build without
+/// the NCCL path (nccl_compiled() false) an error that says so.
 ProcessGroupPtr make_nccl_group(
     const StorePtr& store,
     int rank,
     int size,
     const GroupOptions& options = {});
-#endif
 
 /// World shape, row-major with dp outermost and tp innermost:
 /// global rank = (dp_index * cp + cp_index) * tp + tp_index.
