@@ -1,0 +1,131 @@
+// File: frameshard/mesh_plan.h
+//
+// Planning over the data x context-parallel mesh
+// (frame_sharding.mesh_dims [dp, cp]). Within a CP group every rank holds
+// the same microbatch; across the dp replicas the microbatches differ (one
+// draws three large document pages, its neighbour only text), and every
+// step waits for the replica with the most vision work: no CP-only plan
+// helps. A mesh plan pools the frame units of every replica -- replica-major,
+// then frame order -- and partitions them over all dp * cp ranks with the
+// same partitioners, cost models, thresholds, dummy and floor frames and
+// split frames as a CP plan: it *is* make_plan over the pooled grid with
+// world dp * cp (frameshard/plan.h), so `optimal` is the exact minimum
+// bottleneck over contiguous blocks of the replica-major order and `lpt` a
+// permuted assignment with its restore order.
+//
+// Mesh rank m = replica * cp + cp_rank (dp outermost, the runtime's
+// mesh_group_ranks order).
+//
+// Who needs what:
+//   pixels   replica q's pixel rows live on each of its cp ranks; a unit of
+//            q encoded on mesh rank d is sent by q's cp rank d % cp, so each
+//            of q's ranks sends about 1/cp of what leaves q
+//            (mesh_pixel_route);
+//   outputs  replica q's outputs are the gathered rows
+//            [replica_tokens[q], replica_tokens[q + 1]) of the pooled
+//            order; every cp rank of q receives all of them, or, with owner
+//            routing, only the rank whose sequence chunk holds the token
+//            (mesh_output_route).
+// A replica without media (text only) adds no units; its ranks still
+// encode other replicas' frames (or a dummy frame) and take part in every
+// exchange, so no rank skips a collective.
+//
+// Usage:
+//   frameshard::MeshPlanOptions o;
+//   o.dp = 2;
+//   o.cp = 2;
+//   o.plan.policy.enabled = true;
+//   auto mp = frameshard::make_mesh_plan({{{1, 64, 64}}, {}}, o);
+//   mp.plan.ranks[3].units;                  // what mesh rank 3 encodes
+//   auto px = frameshard::mesh_pixel_route(mp, 3);
+//   auto out = frameshard::mesh_output_route(mp, 3);
+//
+// Pure functions over value types, thread-safe: every rank computes the same
+// plan and routes from the replicas' grids without communicating (the
+// runtime exchanges the grids first).
+#pragma once
+
+#include <frameshard/owner_route.h>
+#include <frameshard/plan.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace frameshard {
+
+/// Largest dp of a mesh plan (replicas).
+constexpr int64_t kMaxMeshReplicas = int64_t{1} << 16;
+
+struct MeshPlanOptions {
+  int64_t dp = 1;
+  int64_t cp = 1;
+  /// Everything but the world, which is dp * cp.
+  PlanOptions plan;
+};
+
+struct MeshPlan {
+  int64_t dp = 1;
+  int64_t cp = 1;
+  /// Over the pooled grid (replica 0's media, then replica 1's, ...),
+  /// world dp * cp. With no media on any replica: the replicated path,
+  /// reason "no media on any replica", no units and no ranks' work (the
+  /// one plan expand_frames cannot describe).
+  ShardPlan plan;
+  /// dp + 1 offsets: replica q's media are plan.frames.grid rows
+  /// [replica_media[q], replica_media[q + 1]); likewise its frame units,
+  /// its pooled pixel rows and its gathered output rows.
+  std::vector<int64_t> replica_media;
+  std::vector<int64_t> replica_units;
+  std::vector<int64_t> replica_patch_rows;
+  std::vector<int64_t> replica_tokens;
+
+  bool empty() const {
+    return replica_units.empty() || replica_units.back() == 0;
+  }
+  /// The replica mesh rank `rank` belongs to.
+  int64_t replica_of_rank(int64_t rank) const {
+    return rank / cp;
+  }
+  /// The replica a pooled token row (or unit, or pixel row) belongs to.
+  int64_t replica_of_token(int64_t token) const;
+  int64_t replica_of_unit(int64_t unit) const;
+};
+
+/// Pools `replicas` (one grid per replica, dp of them; an empty grid is a
+/// replica without media) and plans over dp * cp ranks. frameshard::Error
+/// for dp or cp outside [1, kMaxMeshReplicas], replicas.size() != dp, a bad
+/// grid (naming its replica) or options make_plan refuses.
+MeshPlan make_mesh_plan(
+    const std::vector<std::vector<GridThw>>& replicas,
+    const MeshPlanOptions& options);
+
+/// The pixel rows mesh rank `rank` sends and receives.
+struct MeshPixelRoute {
+  /// Rows of this rank's own replica's pixel_values (replica-local
+  /// indices, half-open ranges), grouped by destination rank in ascending
+  /// order and within one destination in that rank's local order.
+  std::vector<RowRange> send_ranges;
+  std::vector<int64_t> send_counts;  // rows per destination rank
+  std::vector<int64_t> recv_counts;  // rows per source rank
+  /// Received rows, concatenated in source-rank order, are exactly this
+  /// rank's local real pixel rows in local order (its units ascending, and
+  /// a source of an earlier replica has a lower rank): no reordering.
+};
+
+/// See MeshPixelRoute. Empty counts (all zero) on the replicated path.
+MeshPixelRoute mesh_pixel_route(const MeshPlan& plan, int64_t rank);
+
+/// The outputs mesh rank `rank` sends (its real encoded rows) and receives
+/// (its replica's rows), as an OwnerRoute (frameshard/owner_route.h) whose
+/// send_order lists a local row once per destination: with `owners` empty
+/// every cp rank of the row's replica receives it; otherwise owners[q] has
+/// one entry per token of replica q, the cp rank (0 .. cp-1) that consumes
+/// it. `tokens` are the received rows' pooled token indices, ascending.
+/// frameshard::Error on the replicated path, for owners of the wrong shape
+/// or a cp rank out of range.
+OwnerRoute mesh_output_route(
+    const MeshPlan& plan,
+    int64_t rank,
+    const std::vector<std::vector<int64_t>>& owners = {});
+
+}  // namespace frameshard
