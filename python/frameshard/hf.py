@@ -17,9 +17,17 @@ Qwen2.5-VL, Qwen3-VL (DeepStack), Qwen3.5, and the Qwen3-VL-MoE / Qwen3.5-MoE vi
 same module code), recognised by their class hierarchy, so a subclass or FSDP2's generated
 `FSDP<Class>` counts. The model may be held however a trainer holds it: `enable`, `disable` and
 `is_enabled` see through torch.compile (`_orig_mod`), DistributedDataParallel and FSDP1
-(`.module`) and PEFT (`get_base_model()`), at the top or at `.visual` / `.model.visual`; FSDP2's
-`fully_shard` may come before or after `enable`. Anything else raises FrameshardError naming what
-was found and what to pass.
+(`.module`), checkpoint_wrapper (`_checkpoint_wrapped_module`) and PEFT (`get_base_model()`), at
+the top or at `.visual` / `.model.visual`, however nested; FSDP2's `fully_shard` may come before
+or after `enable`. Anything else raises FrameshardError naming what was found and what to pass.
+
+Training (tests/python/test_wrappers.py): outputs and summed gradients equal the replicated
+model's with HF gradient checkpointing, torch.utils.checkpoint around the vision module
+(reentrant or not; a non-reentrant recomputation reruns the sharded forward, collectives
+included, and its early stop passes through), autocast and bf16 / fp16 parameters, a frozen tower
+(no autograd through the gather, so no backward collective), no_grad / inference_mode, and
+several vision calls per step. Under torch.compile the sharded forward's own frame is skipped
+(a graph break) and the tower it calls back is compiled (see `_skipped_by_compile`).
 
 Cost: the plan costs the wrapped tower itself (frameshard.tower_dims of its config) when
 `cost_alpha` is "auto" or "automodel"; `Plan.cost_model` names the dimensions.
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import types
 from typing import Any, Callable, Optional
 
@@ -67,29 +76,26 @@ class _State:
 
 
 def _wrapped_module(module: Any) -> Any:
-    """The module a training wrapper holds, or None when `module` is not one of: torch.compile's
-    OptimizedModule (`_orig_mod`), DistributedDataParallel and FSDP1 (`.module`),
-    checkpoint_wrapper (`_checkpoint_wrapped_module`), a PEFT model (`get_base_model()`) or
-    PEFT tuner (`.model`)."""
+    """The module a training wrapper holds, or None when `module` is none of: torch.compile's
+    OptimizedModule (`_orig_mod`), checkpoint_wrapper (`_checkpoint_wrapped_module`),
+    DistributedDataParallel and FSDP1 (`.module`), a PEFT model (`get_base_model()`) or tuner
+    (`.model`). A wrapper's package is imported when an instance of it exists, so only imported
+    ones are checked (importing torch.distributed.fsdp or peft here would cost seconds)."""
     if isinstance(module, torch.nn.Module):
         for name in ("_orig_mod", "_checkpoint_wrapped_module"):
-            if name in module._modules:  # torch.compile, checkpoint_wrapper
+            if name in module._modules:
                 return module._modules[name]
-        from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
-
-        if isinstance(module, DistributedDataParallel):
+        if isinstance(module, torch.nn.parallel.DistributedDataParallel):
             return module.module
-        try:
-            from torch.distributed.fsdp import FullyShardedDataParallel  # noqa: PLC0415
-        except ImportError:  # pragma: no cover  (torch without distributed)
-            FullyShardedDataParallel = ()  # noqa: N806
-        if isinstance(module, FullyShardedDataParallel):
+        fsdp = sys.modules.get("torch.distributed.fsdp")
+        if fsdp is not None and isinstance(module, fsdp.FullyShardedDataParallel):
             return module.module
-    if hasattr(module, "peft_config"):
+    peft = sys.modules.get("peft")
+    if peft is not None and hasattr(module, "peft_config"):
         if callable(getattr(module, "get_base_model", None)):
-            return module.get_base_model()  # PeftModel -> the transformers model
-        if isinstance(getattr(module, "model", None), torch.nn.Module):
-            return module.model  # a tuner (LoraModel: PeftModel.base_model)
+            return module.get_base_model()  # PeftModel / PeftMixedModel -> the transformers model
+        if isinstance(module, peft.tuners.tuners_utils.BaseTuner):
+            return module.model  # LoraModel and the like (PeftModel.base_model)
     return None
 
 
@@ -126,10 +132,10 @@ def _describe(module: Any) -> str:
     return " wrapping ".join(names)
 
 
-def find_vision_module(model: Any) -> torch.nn.Module:
+def find_vision_module(model: Any, *, fn: str = "find_vision_module") -> torch.nn.Module:
     """The supported vision module of `model` (a ...ForConditionalGeneration, its `.model`, the
-    vision module itself, or any of them wrapped by torch.compile, DDP, FSDP1/2 or PEFT);
-    FrameshardError when there is none."""
+    vision module itself, or any of them wrapped by torch.compile, DDP, FSDP1/2,
+    checkpoint_wrapper or PEFT), unwrapped; FrameshardError (naming `fn`) when there is none."""
     root = unwrap_module(model)
     candidates = [root, getattr(root, "visual", None)]
     inner = getattr(root, "model", None)
@@ -140,11 +146,12 @@ def find_vision_module(model: Any) -> torch.nn.Module:
             return unwrap_module(c)
     found = [_describe(c) for c in candidates[1:] if c is not None]
     raise FrameshardError(
-        "frameshard.hf: expected a transformers Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE) or "
+        "frameshard.hf.%s: expected a transformers Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE) or "
         "Qwen3.5(-MoE) model or its vision module (a subclass of %s; torch.compile, DDP, FSDP, "
         "checkpoint_wrapper and PEFT wrappers are seen through), got %s%s; pass the model or its "
         "vision module (for another wrapper, the model it wraps)"
         % (
+            fn,
             ", ".join(SUPPORTED_VISION_MODULES),
             _describe(model),
             " with vision module %s" % found[0] if found else " (no .visual or .model.visual)",
@@ -164,7 +171,7 @@ def enable(
     torch.distributed group). `config=None` is FrameShardingConfig(enabled=True); `cp_size`
     (None: the group's size) must equal the group's size, or every rank raises on the first
     forward. Calling it again replaces the group/config. Returns the vision module."""
-    visual = find_vision_module(model)
+    visual = find_vision_module(model, fn="enable")
     state = _State(
         group=resolve_group(group, "hf.enable"),
         config=config if config is not None else FrameShardingConfig(enabled=True),
@@ -174,13 +181,13 @@ def enable(
         dims=tower_dims(visual),
     )
     setattr(visual, _STATE, state)
-    visual.forward = types.MethodType(_compile_opaque_forward(), visual)
+    visual.forward = types.MethodType(_skipped_by_compile(_sharded_forward), visual)
     return visual
 
 
 def disable(model: torch.nn.Module) -> bool:
     """Restores the original forward of the vision module; False if it was not enabled."""
-    visual = find_vision_module(model)
+    visual = find_vision_module(model, fn="disable")
     if not hasattr(visual, _STATE):
         return False
     del visual.forward  # the instance attribute: the class's forward shows again
@@ -190,19 +197,21 @@ def disable(model: torch.nn.Module) -> bool:
 
 def is_enabled(model: torch.nn.Module) -> bool:
     """Whether `enable` is in force on the model's vision module."""
-    return hasattr(find_vision_module(model), _STATE)
+    return hasattr(find_vision_module(model, fn="is_enabled"), _STATE)
 
 
 @functools.lru_cache(maxsize=None)
-def _compile_opaque_forward() -> Callable[..., Any]:
-    """`_sharded_forward` as torch.compile must see it: its own frame is skipped (the
-    collectives, the C++ encode and the output rebuilt from gathered rows cannot be traced: a
-    graph break), while the frames it calls -- the tower, called back from C++ -- are compiled as
-    the user asked (`torch.compiler.disable(recursive=False)`). A full disable (recursive=True)
-    would be as correct but would run the tower eagerly, losing what compiling the vision module
-    is for. Wrapped at the first `enable`, not at import: torch.compiler.disable imports
-    torch._dynamo (seconds)."""
-    return torch.compiler.disable(_sharded_forward, recursive=False)
+def _skipped_by_compile(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` with its own frame skipped by torch.compile (a graph break) while the frames it calls
+    are compiled as the user asked: `torch.compiler.disable(fn, recursive=False)`.
+
+    Applied to `_sharded_forward` and to the `shard_vision` it calls: their collectives, the C++
+    encode and the output rebuilt from the gathered rows cannot be traced, but the tower that the
+    C++ encode calls back -- the vision module's original forward -- is compiled as it would be
+    without frameshard. A full disable (recursive=True) would be as correct but would run the
+    tower eagerly, losing what compiling the vision module is for. Wrapped at the first
+    `enable`, not at import: torch.compiler.disable imports torch._dynamo (seconds)."""
+    return torch.compiler.disable(fn, recursive=False)
 
 
 def _passes_through(error: Optional[BaseException]) -> bool:
@@ -246,7 +255,7 @@ def _sharded_forward(
         return [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
 
     try:
-        outputs, plan = shard_vision(
+        outputs, plan = _skipped_by_compile(shard_vision)(
             tower,
             hidden_states,
             grid_thw,

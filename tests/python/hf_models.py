@@ -69,6 +69,12 @@ def build(family, seed=1234):
     return model, visual, inputs
 
 
+def is_whole_model(model):
+    """Whether `model` is a whole ...ForConditionalGeneration (else a vision module, as `build`
+    returns for the vision-only families)."""
+    return hasattr(model, "lm_head")
+
+
 def vision_outputs(model, visual, inputs):
     """The vision features as a list of [tokens, hidden] tensors: get_image_features of a whole
     model (embeddings, then DeepStack features), or the vision module's own forward."""

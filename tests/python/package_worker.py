@@ -3,25 +3,20 @@
 
     python package_worker.py --rank R --world W --store FILE --out DIR [--scenarios a,b]
 
-Joins a Gloo group over a FileStore, runs each scenario, and writes DIR/rank<R>.json:
-{scenario: {"ok": bool, "error": str, ...measurements}}. The assertions live in test_package.py;
-a scenario here only measures (max differences, rows seen, messages raised), so one process
-launch per world size serves every test.
+Joins a Gloo group over a FileStore, runs each scenario, and writes DIR/rank<R>.json
+(worker_common.main). The assertions live in test_package.py; a scenario here only measures (max
+differences, rows seen, messages raised), so one process launch per world size serves every
+test.
 
 Parity scenarios compare a sharded run against a replicated run on the same rank, in float64:
 outputs, and every parameter gradient after a SUM all-reduce over the group, with a
-rank-specific loss (loss_r = sum(w_r * outputs), w_r drawn from a per-rank seed), which is what
-a DP x CP training step does.
+rank-specific loss (worker_common.rank_weights), which is what a DP x CP training step does.
 """
 
-import argparse
-import datetime
-import json
 import os
 import sys
 import threading
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
@@ -31,6 +26,8 @@ from frameshard import hf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402
+import worker_common  # noqa: E402
+from worker_common import compare, max_diff, rank_weights, reduced_grads  # noqa: E402
 
 # Seven frame units (an image, a 4-frame video split by the planner, images of other sizes).
 TORCH_GRID = [[1, 4, 4], [4, 4, 6], [1, 6, 8], [1, 2, 2], [1, 10, 2]]
@@ -65,34 +62,6 @@ class FrameTower(torch.nn.Module):
         x = x + torch.cat(mixed, dim=0)
         merged = x.reshape(-1, x.shape[1] * self.merge * self.merge)
         return self.merger(merged), torch.relu(self.aux(merged))
-
-
-def rank_weights(like, rank, salt):
-    gen = torch.Generator().manual_seed(1000 * salt + rank)
-    return torch.randn(like.shape, generator=gen, dtype=like.dtype)
-
-
-def reduced_grads(module, group):
-    grads = {}
-    for name, p in module.named_parameters():
-        g = p.grad if p.grad is not None else torch.zeros_like(p)
-        g = g.clone()
-        dist.all_reduce(g, group=group)
-        grads[name] = g
-    return grads
-
-
-def max_diff(a, b):
-    return float((a - b).abs().max()) if a.numel() else 0.0
-
-
-def compare(sharded, replicated):
-    """(max abs diff over the tensors, max abs value of the replicated ones)."""
-    diff, scale = 0.0, 0.0
-    for key in replicated:
-        diff = max(diff, max_diff(sharded[key], replicated[key]))
-        scale = max(scale, float(replicated[key].abs().max()) if replicated[key].numel() else 0.0)
-    return diff, scale
 
 
 # ----------------------------------------------------------------- scenarios
@@ -338,7 +307,8 @@ def scenario_hf(family, rank, world, group):
         again = hf_models.vision_outputs(model, visual, inputs)
     finally:
         hook.remove()
-    plan = frameshard.plan(inputs["image_grid_thw"], world, SHARD_ALL, spatial_merge_size=2)
+    # The plan hf.enable makes: it costs this tower (frameshard.tower_dims of its config).
+    plan = frameshard.plan(inputs["image_grid_thw"], world, SHARD_ALL, spatial_merge_size=2, tower=visual)
     out_diff, out_scale = compare(out, ref_out)
     grad_diff, grad_scale = compare(grads, ref_grads)
     return {
@@ -375,31 +345,5 @@ for _family in hf_models.FAMILIES:
     SCENARIOS["hf_" + _family] = lambda r, w, g, _f=_family: scenario_hf(_f, r, w, g)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rank", type=int, required=True)
-    parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    store = dist.FileStore(args.store, args.world)
-    dist.init_process_group(
-        "gloo", store=store, rank=args.rank, world_size=args.world, timeout=datetime.timedelta(seconds=120)
-    )
-    group = dist.group.WORLD
-    results = {}
-    for name in args.scenarios.split(","):
-        try:
-            results[name] = {"ok": True, **SCENARIOS[name](args.rank, args.world, group)}
-        except Exception as e:  # reported, asserted on by the test
-            results[name] = {"ok": False, "error": "%s: %s" % (type(e).__name__, e), "trace": traceback.format_exc()}
-        dist.barrier()
-    with open(os.path.join(args.out, "rank%d.json" % args.rank), "w") as f:
-        json.dump(results, f, indent=1)
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main()
+    worker_common.main(SCENARIOS)

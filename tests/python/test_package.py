@@ -2,22 +2,20 @@
 
 Single-process: config fields/defaults/validation messages (the YAML schema's), plan objects,
 error types, hf.enable on an unsupported model. Multi-process (Gloo over a FileStore, world 2
-and 3, one launch of tests/python/package_worker.py per rank and world): sharded against
-replicated outputs and all-reduced parameter gradients in float64 with rank-specific losses, for
-a pure-torch tower and a tiny random transformers model of every Qwen-VL family through
-hf.enable; each rank's tower saw only its share of the rows; a group whose size differs from
-cp_size raises on every rank; a tower failing on one rank raises on every rank.
+and 3, one launch of tests/python/package_worker.py per rank and world, by harness.py): sharded
+against replicated outputs and all-reduced parameter gradients in float64 with rank-specific
+losses, for a pure-torch tower and a tiny random transformers model of every Qwen-VL family
+through hf.enable; each rank's tower saw only its share of the rows; a group whose size differs
+from cp_size raises on every rank; a tower failing on one rank raises on every rank. Wrappers
+and training features: test_wrappers.py.
 
 Run: `.venv/bin/python -m pytest tests/python/test_package.py` after
 `.venv/bin/python -m pip install --no-build-isolation .`, or through ctest
 (tests/python/package_test.sh, label `python`).
 """
 
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import pytest
 import torch
@@ -28,13 +26,8 @@ from frameshard import hf
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hf_models  # noqa: E402
+from harness import RTOL_HF, RTOL_TORCH, assert_parity, run_world, scenario  # noqa: E402
 
-WORLD_TIMEOUT_S = 600
-# float64 sharded vs replicated: only the summation order differs (pure-torch tower: 1e-9). The
-# transformers vision towers compute rotary embeddings and the attention softmax in float32 even
-# in a float64 model, so a float64 rounding difference can flip a float32 rounding: 1e-5.
-RTOL_TORCH = 1e-9
-RTOL_HF = 1e-5
 KEY = frameshard.config.FRAME_SHARDING_PATH
 
 
@@ -136,67 +129,9 @@ def test_shard_vision_without_group_raises():
 # ------------------------------------------------------------- multi process
 
 
-def run_world(world):
-    """Runs package_worker.py as `world` Gloo ranks; returns their results, rank order."""
-    with tempfile.TemporaryDirectory() as tmp:
-        store = os.path.join(tmp, "store")
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    os.path.join(HERE, "package_worker.py"),
-                    "--rank=%d" % r,
-                    "--world=%d" % world,
-                    "--store=" + store,
-                    "--out=" + tmp,
-                ],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for r in range(world)
-        ]
-        logs = []
-        for p in procs:
-            try:
-                logs.append(p.communicate(timeout=WORLD_TIMEOUT_S)[0])
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                pytest.fail("world %d: a rank did not finish in %d s" % (world, WORLD_TIMEOUT_S))
-        for r, p in enumerate(procs):
-            assert p.returncode == 0, "rank %d/%d exited %d:\n%s" % (r, world, p.returncode, logs[r])
-        results = []
-        for r in range(world):
-            with open(os.path.join(tmp, "rank%d.json" % r)) as f:
-                results.append(json.load(f))
-        return results
-
-
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda w: "world%d" % w)
 def world_results(request):
-    return request.param, run_world(request.param)
-
-
-def scenario(world_results, name):
-    world, results = world_results
-    per_rank = [r[name] for r in results]
-    for rank, res in enumerate(per_rank):
-        assert res["ok"], "world %d rank %d %s: %s\n%s" % (world, rank, name, res.get("error"), res.get("trace"))
-    return world, per_rank
-
-
-def assert_parity(world, name, per_rank, rtol):
-    for rank, res in enumerate(per_rank):
-        assert res["path"] == "sharded", (name, rank)
-        assert res["out_diff"] <= rtol * max(1.0, res["out_scale"]), (name, world, rank, res["out_diff"])
-        assert res["grad_diff"] <= rtol * max(1.0, res["grad_scale"]), (name, world, rank, res["grad_diff"])
-        print(
-            "parity %-18s world %d rank %d: outputs max diff %.3g (scale %.3g), grads max diff %.3g (scale %.3g)"
-            % (name, world, rank, res["out_diff"], res["out_scale"], res["grad_diff"], res["grad_scale"])
-        )
+    return request.param, run_world("package_worker.py", request.param)
 
 
 @pytest.mark.parametrize("name", ["torch_tower", "torch_tower_dummy"])

@@ -1,0 +1,91 @@
+"""The multi-process side of the frameshard package tests, shared by test_package.py and
+test_wrappers.py: launching one worker script as W Gloo rank processes, reading their results,
+and the parity assertions.
+
+A worker (package_worker.py, train_worker.py; worker_common.main does the rank side) runs every
+scenario it is asked for in one process per rank and writes OUT/rank<R>.json, {scenario: {"ok":
+bool, "error": str, ...measurements}}: one launch per world size serves every test of a file.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORLD_TIMEOUT_S = 600
+
+# Tolerances of sharded against replicated, relative to max(1, the largest replicated value).
+# float64 sharded vs replicated: only the summation order differs (pure-torch tower: 1e-9). The
+# transformers vision towers compute rotary embeddings and the attention softmax in float32 even
+# in a float64 model, so a float64 rounding difference can flip a float32 rounding: 1e-5.
+RTOL_TORCH = 1e-9
+RTOL_HF = 1e-5
+
+
+def run_world(worker, world, args=()):
+    """Runs tests/python/<worker> as `world` Gloo ranks (one process each, OMP_NUM_THREADS=1);
+    returns their results in rank order. Fails the test when a rank exits non-zero or does not
+    finish within WORLD_TIMEOUT_S."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    os.path.join(HERE, worker),
+                    "--rank=%d" % r,
+                    "--world=%d" % world,
+                    "--store=" + store,
+                    "--out=" + tmp,
+                    *args,
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for r in range(world)
+        ]
+        logs = []
+        for p in procs:
+            try:
+                logs.append(p.communicate(timeout=WORLD_TIMEOUT_S)[0])
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                pytest.fail("%s world %d: a rank did not finish in %d s" % (worker, world, WORLD_TIMEOUT_S))
+        for r, p in enumerate(procs):
+            assert p.returncode == 0, "%s rank %d/%d exited %d:\n%s" % (worker, r, world, p.returncode, logs[r])
+        results = []
+        for r in range(world):
+            with open(os.path.join(tmp, "rank%d.json" % r)) as f:
+                results.append(json.load(f))
+        return results
+
+
+def scenario(world_results, name):
+    """(world, [rank results]) of scenario `name`; fails with the rank's error and traceback if
+    it raised on any rank."""
+    world, results = world_results
+    per_rank = [r[name] for r in results]
+    for rank, res in enumerate(per_rank):
+        assert res["ok"], "world %d rank %d %s: %s\n%s" % (world, rank, name, res.get("error"), res.get("trace"))
+    return world, per_rank
+
+
+def assert_parity(world, name, per_rank, rtol, path="sharded"):
+    """Every rank took `path` and its outputs and reduced gradients are within rtol (relative to
+    max(1, scale)) of the replicated run's."""
+    for rank, res in enumerate(per_rank):
+        assert res["path"] == path, (name, world, rank, res["path"])
+        assert res["out_diff"] <= rtol * max(1.0, res["out_scale"]), (name, world, rank, res["out_diff"])
+        assert res["grad_diff"] <= rtol * max(1.0, res["grad_scale"]), (name, world, rank, res["grad_diff"])
+        print(
+            "parity %-26s world %d rank %d: outputs max diff %.3g (scale %.3g), grads max diff %.3g (scale %.3g)"
+            % (name, world, rank, res["out_diff"], res["out_scale"], res["grad_diff"], res["grad_scale"])
+        )
