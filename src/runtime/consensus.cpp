@@ -143,6 +143,21 @@ std::string widths_text(const Unpacked& u) {
 
 }  // namespace
 
+std::string failures_text(
+    const std::vector<int>& failed, const std::string& first_error) {
+  std::ostringstream os;
+  if (failed.size() == 1) {
+    os << "rank " << failed[0] << " failed " << first_error;
+  } else {
+    os << "ranks ";
+    for (size_t i = 0; i < failed.size(); ++i) {
+      os << (i ? ", " : "") << failed[i];
+    }
+    os << " failed; rank " << failed[0] << " failed " << first_error;
+  }
+  return os.str();
+}
+
 std::vector<ConsensusRecord> run_consensus(
     const ProcessGroupPtr& group,
     const ConsensusRecord& mine,
@@ -187,18 +202,8 @@ std::vector<ConsensusRecord> run_consensus(
     }
   }
   if (!failed.empty()) {
-    std::ostringstream os;
-    if (failed.size() == 1) {
-      os << "rank " << failed[0] << " failed " << all[failed[0]].record.error;
-    } else {
-      os << "ranks ";
-      for (size_t i = 0; i < failed.size(); ++i) {
-        os << (i ? ", " : "") << failed[i];
-      }
-      os << " failed; rank " << failed[0] << " failed "
-         << all[failed[0]].record.error;
-    }
-    TORCH_CHECK(false, prefix, os.str());
+    TORCH_CHECK(
+        false, prefix, failures_text(failed, all[failed[0]].record.error));
   }
   for (int q = 1; q < world; ++q) {
     const auto& a = all[0].record;
@@ -228,6 +233,13 @@ std::vector<ConsensusRecord> run_consensus(
         std::string(subject) == "plan" ? " (different grid_thw or options?)"
                                        : "");
   }
+  // The outputs are compared with the first rank that has some (rank 0
+  // but in encode_mesh's replicated path, where a text-only replica runs
+  // no tower).
+  int ref = 0;
+  while (ref + 1 < world && all[ref].record.dtype < 0) {
+    ++ref;
+  }
   for (int q = 1; q < world; ++q) {
     TORCH_CHECK(
         all[0].record.grad_mode == all[q].record.grad_mode,
@@ -240,35 +252,45 @@ std::vector<ConsensusRecord> run_consensus(
         all[q].record.grad_mode ? "enabled" : "disabled",
         " (a NoGradGuard on some ranks only would leave the others waiting "
         "in backward)");
+    const Unpacked& a = all[ref];
+    const Unpacked& b = all[q];
+    if (q <= ref || b.record.dtype < 0) {
+      continue;  // ran no tower (see run_consensus in consensus.h)
+    }
     TORCH_CHECK(
-        all[0].record.dtype == all[q].record.dtype,
+        a.record.dtype == b.record.dtype,
         prefix,
-        "ranks disagree on the output dtype: rank 0 has ",
-        dtype_name(all[0].record.dtype),
+        "ranks disagree on the output dtype: rank ",
+        ref,
+        " has ",
+        dtype_name(a.record.dtype),
         ", rank ",
         q,
         " has ",
-        dtype_name(all[q].record.dtype));
+        dtype_name(b.record.dtype));
     TORCH_CHECK(
-        all[0].outputs == all[q].outputs,
+        a.outputs == b.outputs,
         prefix,
-        "ranks disagree on the number of tower outputs: rank 0 has ",
-        all[0].outputs,
+        "ranks disagree on the number of tower outputs: rank ",
+        ref,
+        " has ",
+        a.outputs,
         ", rank ",
         q,
         " has ",
-        all[q].outputs);
+        b.outputs);
     TORCH_CHECK(
-        all[0].widths_hash == all[q].widths_hash &&
-            all[0].total_width == all[q].total_width &&
-            all[0].record.widths == all[q].record.widths,
+        a.widths_hash == b.widths_hash && a.total_width == b.total_width &&
+            a.record.widths == b.record.widths,
         prefix,
-        "ranks disagree on the output widths: rank 0 has ",
-        widths_text(all[0]),
+        "ranks disagree on the output widths: rank ",
+        ref,
+        " has ",
+        widths_text(a),
         ", rank ",
         q,
         " has ",
-        widths_text(all[q]));
+        widths_text(b));
   }
   TORCH_INTERNAL_ASSERT(static_cast<int>(expected_rows.size()) == world);
   for (int q = 0; q < world; ++q) {

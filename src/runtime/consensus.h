@@ -41,9 +41,17 @@ struct ConsensusRecord {
 /// Exchanges `mine` and checks all records. `expected_rows[q]` is what the
 /// (agreed) plan says rank q contributes. Raises c10::Error prefixed
 /// "frameshard::<fn>: [rank r/W] " on any failure or disagreement; returns
-/// every rank's record otherwise. `device` holds the exchanged buffer
-/// (CPU for Gloo, the current CUDA device for NCCL). `subject` names what
-/// the fingerprint is of in the disagreement error ("plan", "config").
+/// every rank's record otherwise. A record of dtype -1 (a rank that ran no
+/// tower: a text-only replica on encode_mesh's replicated path) takes no
+/// part in the dtype, output-count and width checks. `device` holds the
+/// exchanged buffer (CPU for Gloo, the current CUDA device for NCCL). `subject`
+/// names what the fingerprint is of in the disagreement error ("plan",
+/// "config"). "rank 2 failed <first_error>", or with several failed ranks
+/// (ascending) "ranks 0, 2 failed; rank 0 failed <first_error>": how a failure
+/// agreed on reads after the rank prefix.
+std::string failures_text(
+    const std::vector<int>& failed, const std::string& first_error);
+
 std::vector<ConsensusRecord> run_consensus(
     const ProcessGroupPtr& group,
     const ConsensusRecord& mine,

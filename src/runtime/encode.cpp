@@ -19,9 +19,9 @@
 #include <frameshard/owner_route.h>
 #include <frameshard/runtime/route.h>
 
-#include "core/fingerprint.h"
 #include "runtime/collectives.h"
 #include "runtime/consensus.h"
+#include "runtime/encode_steps.h"
 #include "runtime/fault.h"
 #include "runtime/piece_exchange.h"
 #include "tower/check.h"
@@ -29,12 +29,9 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
-#include <algorithm>
-#include <cstring>
-#include <limits>
-#include <numeric>
-#include <sstream>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace frameshard {
 
@@ -43,76 +40,11 @@ namespace {
 
 constexpr const char* kEncodeFn = "encode";
 
-std::string shape_text(const at::Tensor& t) {
-  std::ostringstream os;
-  os << t.sizes();
-  return os.str();
-}
-
 /// What the local phase produced (everything before the consensus).
 struct LocalPhase {
   ShardPlan plan;
-  std::vector<at::Tensor> outputs;  // sharded: real rows only
-  std::vector<int64_t> widths;
-  at::Tensor fused;  // sharded: outputs fused along dim 1
+  internal::LocalOutputs out;  // sharded: real rows only, fused
 };
-
-void check_outputs(
-    const std::vector<at::Tensor>& outs,
-    int64_t expected_rows,
-    const char* rows_meaning,
-    const std::string& prefix) {
-  TORCH_CHECK(
-      !outs.empty(),
-      prefix,
-      "expected the tower to return at least "
-      "one tensor, got none");
-  for (size_t i = 0; i < outs.size(); ++i) {
-    const auto& o = outs[i];
-    TORCH_CHECK(
-        o.defined(),
-        prefix,
-        "expected tower output ",
-        i,
-        " to be a defined tensor, got an undefined one");
-    TORCH_CHECK(
-        o.dim() == 2,
-        prefix,
-        "expected tower output ",
-        i,
-        " to be a 2-D [rows, hidden] tensor, got shape ",
-        shape_text(o));
-    TORCH_CHECK(
-        o.size(0) == expected_rows,
-        prefix,
-        "expected tower output ",
-        i,
-        " to have ",
-        expected_rows,
-        " rows (",
-        rows_meaning,
-        "), got ",
-        o.size(0));
-    TORCH_CHECK(
-        o.scalar_type() == outs[0].scalar_type(),
-        prefix,
-        "expected all tower outputs to have one dtype (",
-        outs[0].scalar_type(),
-        "), got ",
-        o.scalar_type(),
-        " for output ",
-        i);
-    TORCH_CHECK(
-        o.device() == outs[0].device(),
-        prefix,
-        "expected all tower outputs on one device (",
-        outs[0].device(),
-        "), got ",
-        o.device(),
-        " for output ",
-        i);
-  }
-}
 
 /// Local check of token_owner against the plan (before the consensus, so
 /// that a bad map on one rank raises on all).
@@ -143,19 +75,6 @@ void check_token_owner(
   }
 }
 
-/// What the ranks must agree on besides the plan: the owner map.
-uint64_t owner_fingerprint(const std::vector<int64_t>& owner) {
-  if (owner.empty()) {
-    return 0;
-  }
-  internal::Fingerprint fp;
-  fp.add(static_cast<int64_t>(owner.size()));
-  for (int64_t o : owner) {
-    fp.add(o);
-  }
-  return fp.finish();
-}
-
 /// Planning, slicing, the tower and the output checks. `stage` names the
 /// step that is running, for the consensus message.
 LocalPhase run_local_phase(
@@ -174,7 +93,7 @@ LocalPhase run_local_phase(
       pixel_values.defined() && pixel_values.dim() == 2,
       prefix,
       "expected pixel_values to be a 2-D [patch_rows, features] tensor, got ",
-      pixel_values.defined() ? shape_text(pixel_values)
+      pixel_values.defined() ? internal::shape_text(pixel_values)
                              : "an undefined tensor");
   TORCH_CHECK(
       static_cast<bool>(tower),
@@ -187,6 +106,7 @@ LocalPhase run_local_phase(
 
   TowerInput in;
   int64_t expected_rows = 0;
+  int64_t real_rows = -1;
   const char* rows_meaning = "";
   if (lp.plan.sharded()) {
     stage = "while slicing its pixel rows";
@@ -196,6 +116,7 @@ LocalPhase run_local_phase(
           lp.plan, rank, group, device, options.timeout, exchange);
     }
     expected_rows = lp.plan.ranks.at(rank).local_tokens;
+    real_rows = lp.plan.ranks.at(rank).real_tokens;
     rows_meaning = "local_tokens of the plan: real, floor and dummy frames";
   } else {
     in.pixel_values = pixel_values;
@@ -204,62 +125,9 @@ LocalPhase run_local_phase(
     expected_rows = lp.plan.frames.total_tokens;
     rows_meaning = "the merged tokens of all frames";
   }
-
-  stage = "while running the tower";
-  internal::fault_point("tower", rank);
-  std::vector<at::Tensor> outs = tower(in);
-  stage = "while checking the tower outputs";
-  check_outputs(outs, expected_rows, rows_meaning, prefix);
-  for (const auto& o : outs) {
-    lp.widths.push_back(o.size(1));
-  }
-  if (lp.plan.sharded()) {
-    const int64_t real = lp.plan.ranks.at(rank).real_tokens;
-    // Real frames come first in the local order: floor and dummy rows are
-    // the tail, dropped here so they never enter the collective.
-    for (auto& o : outs) {
-      o = o.narrow(0, 0, real);
-    }
-    lp.fused = outs.size() == 1 ? outs[0] : at::cat(outs, 1);
-  }
-  lp.outputs = std::move(outs);
-  stage = "after the tower";
+  lp.out = internal::run_tower_step(
+      tower, in, expected_rows, rows_meaning, real_rows, rank, prefix, stage);
   return lp;
-}
-
-/// Splits fused [rows, sum(widths)] back into one tensor per output.
-std::vector<at::Tensor> split_widths(
-    const at::Tensor& fused, const std::vector<int64_t>& widths) {
-  std::vector<at::Tensor> outs;
-  int64_t offset = 0;
-  for (int64_t w : widths) {
-    outs.push_back(widths.size() == 1 ? fused : fused.narrow(1, offset, w));
-    offset += w;
-  }
-  return outs;
-}
-
-int64_t row_bytes_of(const LocalPhase& lp, at::ScalarType dtype) {
-  const int64_t width =
-      std::accumulate(lp.widths.begin(), lp.widths.end(), int64_t{0});
-  return width * static_cast<int64_t>(c10::elementSize(dtype));
-}
-
-/// Owner mode on the replicated path: this rank's rows, selected locally.
-void select_owned(
-    LocalPhase& lp, int rank, const EncodeOptions& options, EncodeResult& res) {
-  for (size_t t = 0; t < options.token_owner.size(); ++t) {
-    if (options.token_owner[t] == rank) {
-      res.tokens.push_back(static_cast<int64_t>(t));
-    }
-  }
-  if (lp.outputs.empty()) {
-    return;
-  }
-  at::Tensor idx = at::tensor(res.tokens, at::kLong).to(lp.outputs[0].device());
-  for (auto& o : lp.outputs) {
-    o = o.index_select(0, idx);
-  }
 }
 
 /// Owner mode on the sharded path: one all-to-all to the owners.
@@ -281,8 +149,9 @@ at::Tensor route_to_owners(
       group,
       gopts);
   out = out.index_select(0, at::tensor(route.recv_order, at::kLong).to(device));
-  const int64_t row_bytes = row_bytes_of(lp, send.scalar_type());
-  res.bytes_sent = (lp.fused.size(0) - route.send_counts[rank]) * row_bytes;
+  const int64_t row_bytes =
+      internal::row_bytes(lp.out.widths, send.scalar_type());
+  res.bytes_sent = (lp.out.fused.size(0) - route.send_counts[rank]) * row_bytes;
   res.bytes_received =
       (static_cast<int64_t>(route.tokens.size()) - route.recv_counts[rank]) *
       row_bytes;
@@ -302,21 +171,18 @@ EncodeResult finish(
   const bool owner_mode = !options.token_owner.empty();
   if (!lp.plan.sharded()) {
     if (owner_mode) {
-      select_owned(lp, rank, options, res);
+      // This rank's rows, selected locally.
+      res.tokens = internal::owned_rows(options.token_owner, rank);
+      internal::select_rows(lp.out.outputs, res.tokens);
     }
-    res.outputs = std::move(lp.outputs);
+    res.outputs = std::move(lp.out.outputs);
     res.plan = std::move(lp.plan);
     return res;
   }
-  at::Tensor send = lp.fused;
-  if (any_requires_grad && !send.requires_grad()) {
-    // Another rank will run backward through the collective, which needs
-    // every rank: a fresh leaf makes this rank's part of the graph too
-    // (Megatron-Bridge #4784: 0-image ranks hung). Its gradient is
-    // discarded.
-    send = send.detach().requires_grad_();
-  }
-  const int64_t row_bytes = row_bytes_of(lp, send.scalar_type());
+  const at::Tensor send =
+      internal::joined_for_backward(lp.out.fused, any_requires_grad);
+  const int64_t row_bytes =
+      internal::row_bytes(lp.out.widths, send.scalar_type());
   res.allgather_bytes_received =
       (lp.plan.frames.total_tokens - lp.plan.gather_counts[rank]) * row_bytes;
   at::Tensor full;
@@ -335,7 +201,7 @@ EncodeResult finish(
         gather_traffic(lp.plan.gather_counts, rank, row_bytes).unpadded_bytes;
     res.bytes_received = res.allgather_bytes_received;
   }
-  res.outputs = split_widths(full, lp.widths);
+  res.outputs = internal::split_widths(full, lp.out.widths);
   res.plan = std::move(lp.plan);
   return res;
 }
@@ -345,26 +211,11 @@ EncodeResult finish(
 TowerInput local_tower_input(
     const ShardPlan& plan, int64_t rank, const at::Tensor& pixel_values) {
   const RankShard& shard = plan.ranks.at(static_cast<size_t>(rank));
-  const c10::Device device = pixel_values.device();
-  std::vector<at::Tensor> pieces;
+  std::vector<at::Tensor> real;
   for (const auto& r : shard.pixel_ranges) {
-    pieces.push_back(pixel_values.narrow(0, r.begin, r.size()));
+    real.push_back(pixel_values.narrow(0, r.begin, r.size()));
   }
-  const int64_t zero_rows = shard.local_patch_rows - shard.real_patch_rows;
-  if (zero_rows > 0) {
-    // Floor and dummy frames: zeros, never merged with real media; their
-    // output rows are dropped before the gather.
-    pieces.push_back(
-        at::zeros({zero_rows, pixel_values.size(1)}, pixel_values.options()));
-  }
-  TowerInput in;
-  in.pixel_values = pieces.empty()       ? pixel_values.narrow(0, 0, 0)
-                    : pieces.size() == 1 ? pieces[0]
-                                         : at::cat(pieces, 0);
-  in.grid_thw = grid_to_tensor(shard.grid, device);
-  in.cu_seqlens = cu_seqlens_tensor(shard.cu_seqlens, device);
-  in.pieces = shard.pieces;
-  return in;
+  return internal::shard_tower_input(shard, real, pixel_values);
 }
 
 EncodeResult encode(
@@ -411,16 +262,8 @@ EncodeResult encode(
     lp = run_local_phase(
         tower, pixel_values, grid_thw, group, options, prefix, exchange, stage);
     mine.fingerprint =
-        lp.plan.fingerprint ^ owner_fingerprint(options.token_owner);
-    mine.path = lp.plan.sharded() ? 0 : 1;
-    mine.dtype = static_cast<int64_t>(lp.outputs[0].scalar_type());
-    mine.widths = lp.widths;
-    if (lp.plan.sharded()) {
-      mine.rows = lp.fused.size(0);
-      mine.requires_grad = mine.grad_mode && lp.fused.requires_grad();
-    } else {
-      mine.rows = lp.outputs[0].size(0);
-    }
+        lp.plan.fingerprint ^ internal::owner_fingerprint(options.token_owner);
+    internal::describe_outputs(lp.out, lp.plan.sharded(), mine);
   } catch (...) {
     if (exchange->raised) {
       throw;  // every rank raised it already, inside the tower's exchange
@@ -443,11 +286,12 @@ EncodeResult encode(
   const auto records = internal::run_consensus(
       group, mine, expected_rows, device, options.timeout, kEncodeFn);
 
-  const bool any_requires_grad = std::any_of(
-      records.begin(), records.end(), [](const internal::ConsensusRecord& r) {
-        return r.requires_grad;
-      });
-  return finish(std::move(lp), group, rank, any_requires_grad, options);
+  return finish(
+      std::move(lp),
+      group,
+      rank,
+      internal::any_requires_grad(records),
+      options);
 }
 
 }  // namespace frameshard

@@ -20,8 +20,6 @@ namespace internal {
 
 namespace {
 
-constexpr const char* kExchangeFn = "encode";
-
 // One piece of a split frame as the plan lays it out.
 struct Holder {
   int64_t rank = 0;
@@ -144,10 +142,11 @@ PieceExchange make_piece_exchange(
     const ProcessGroupPtr& group,
     c10::Device device,
     std::chrono::milliseconds timeout,
-    std::shared_ptr<PieceExchangeState> state) {
+    std::shared_ptr<PieceExchangeState> state,
+    const char* fn) {
   auto route = std::make_shared<const PieceRoute>(piece_route(plan, rank));
   const uint64_t fingerprint = plan.fingerprint;
-  return [route, fingerprint, rank, group, device, timeout, state](
+  return [route, fingerprint, rank, group, device, timeout, state, fn](
              const at::Tensor& rows) -> std::vector<at::Tensor> {
     try {
       ConsensusRecord mine;
@@ -158,8 +157,8 @@ PieceExchange make_piece_exchange(
       mine.widths = {rows.size(1)};
       mine.grad_mode = at::GradMode::is_enabled();
       mine.requires_grad = mine.grad_mode && rows.requires_grad();
-      const auto records = run_consensus(
-          group, mine, route->sent_by_rank, device, timeout, kExchangeFn);
+      const auto records =
+          run_consensus(group, mine, route->sent_by_rank, device, timeout, fn);
       state->calls += 1;
       at::Tensor send = rows.index_select(
           0, at::tensor(route->send_rows, at::kLong).to(rows.device()));

@@ -1,6 +1,7 @@
 // !!! Internal header of frameshard::runtime, not installed. !!!
 // The PieceExchange of a split plan (frameshard/tower.h PieceExchange),
-// built by encode for the tower. Per call (once per full-attention layer):
+// built by encode (and encode_mesh, over the mesh group) for the tower. Per
+// call (once per full-attention layer):
 //   1. one consensus-record all-gather (runtime/consensus.h, the record
 //      encode's own consensus sends): a rank whose tower raised joins
 //      encode's consensus instead, its peers meet that record here, and
@@ -55,14 +56,17 @@ struct PieceExchangeState {
   int64_t calls = 0;
 };
 
-/// The collective exchange of rank `rank` of `plan` over `group`.
+/// The collective exchange of rank `rank` of `plan` over `group`; its
+/// errors name `fn` (the call whose tower runs it: "encode",
+/// "encode_mesh"; a string literal).
 PieceExchange make_piece_exchange(
     const ShardPlan& plan,
     int64_t rank,
     const ProcessGroupPtr& group,
     c10::Device device,
     std::chrono::milliseconds timeout,
-    std::shared_ptr<PieceExchangeState> state);
+    std::shared_ptr<PieceExchangeState> state,
+    const char* fn = "encode");
 
 }  // namespace internal
 }  // namespace frameshard

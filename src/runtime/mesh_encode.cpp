@@ -1,0 +1,389 @@
+// Encode over the dp x cp mesh (include/frameshard/runtime/mesh_encode.h
+// for the steps and the gradient semantics).
+//
+// Hang-freedom rests on the invariant of encode: with a mesh of more than
+// one rank, every rank issues the same collectives in the same order. What
+// can fail locally before the payload moves (the inputs, the options) is
+// caught and travels in the metadata record (runtime/mesh_metadata.h);
+// after the checks every rank holds the same records, so planning and the
+// routes are the same everywhere and cannot fail on one rank only. What can
+// fail in the tower is caught and joins encode's consensus
+// (runtime/consensus.h), before the output all-to-all.
+#include <frameshard/runtime/mesh_encode.h>
+
+#include <frameshard/runtime/gather.h>
+#include <frameshard/runtime/route.h>
+
+#include "runtime/collectives.h"
+#include "runtime/consensus.h"
+#include "runtime/encode_steps.h"
+#include "runtime/fault.h"
+#include "runtime/mesh_metadata.h"
+#include "runtime/piece_exchange.h"
+#include "tower/check.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace frameshard {
+
+namespace {
+
+constexpr const char* kMeshEncodeFn = "encode_mesh";
+
+/// What one call works with.
+struct MeshCall {
+  MeshCall(
+      const VisionTower& t,
+      const at::Tensor& px,
+      const ProcessGroupPtr& g,
+      const MeshEncodeOptions& o)
+      : tower(t),
+        pixel_values(px),
+        group(g),
+        options(o),
+        rank(g->getRank()),
+        world(g->getSize()),
+        prefix(internal::rank_prefix(kMeshEncodeFn, g)),
+        device(px.defined() ? px.device() : c10::Device(at::kCPU)) {}
+
+  const VisionTower& tower;
+  const at::Tensor& pixel_values;
+  const ProcessGroupPtr& group;
+  const MeshEncodeOptions& options;
+  int rank;
+  int world;
+  std::string prefix;
+  c10::Device device;
+  std::vector<GridThw> grid;  // this replica's, once checked
+};
+
+void check_token_owner(
+    const std::vector<int64_t>& owner,
+    int64_t tokens,
+    int64_t cp,
+    const std::string& prefix) {
+  if (owner.empty()) {
+    return;
+  }
+  TORCH_CHECK(
+      static_cast<int64_t>(owner.size()) == tokens,
+      prefix,
+      "expected token_owner to have one entry per visual token of this "
+      "replica (",
+      tokens,
+      "), got ",
+      owner.size());
+  for (int64_t o : owner) {
+    TORCH_CHECK(
+        o >= 0 && o < cp,
+        prefix,
+        "expected token_owner entries (cp ranks) in [0, ",
+        cp,
+        "), got ",
+        o);
+  }
+}
+
+/// This rank's metadata record: its inputs and options, or why they fail
+/// the checks that need no peer. Sets c.grid.
+internal::MeshRecord check_local_inputs(
+    MeshCall& c, const at::Tensor& grid_thw) {
+  const MeshEncodeOptions& o = c.options;
+  internal::MeshRecord mine;
+  mine.dp = o.dp;
+  mine.cp = o.cp;
+  mine.options = internal::plan_options_fingerprint(o.plan, o.dp, o.cp);
+  mine.tower_trainable = o.tower_trainable;
+  try {
+    TORCH_CHECK(
+        o.dp >= 1 && o.dp <= kMaxMeshReplicas && o.cp >= 1 &&
+            o.cp <= kMaxMeshReplicas,
+        c.prefix,
+        "expected dp and cp in [1, ",
+        kMaxMeshReplicas,
+        "], got dp=",
+        o.dp,
+        " cp=",
+        o.cp);
+    TORCH_CHECK(
+        o.dp * o.cp == c.world,
+        c.prefix,
+        "expected a mesh group of dp * cp = ",
+        o.dp * o.cp,
+        " ranks (mesh rank = replica * cp + cp_rank), got ",
+        c.world,
+        o.tower_trainable ? " (a trainable tower's gradient all-reduce must "
+                            "span that whole mesh)"
+                          : "");
+    TORCH_CHECK(
+        static_cast<bool>(c.tower),
+        c.prefix,
+        "expected a callable tower, got an empty function");
+    const at::Tensor& px = c.pixel_values;
+    TORCH_CHECK(
+        px.defined() && px.dim() == 2,
+        c.prefix,
+        "expected pixel_values to be a 2-D [patch_rows, features] tensor "
+        "([0, features] for a text-only replica), got ",
+        px.defined() ? internal::shape_text(px) : "an undefined tensor");
+    mine.dtype = static_cast<int64_t>(px.scalar_type());
+    mine.features = px.size(1);
+    std::vector<GridThw> grid = grid_from_tensor(grid_thw);
+    const FrameSet frames = expand_frames(grid, o.plan.layout);
+    check_pixel_rows(frames, px.size(0));
+    check_token_owner(o.token_owner, frames.total_tokens, o.cp, c.prefix);
+    mine.tokens = frames.total_tokens;
+    mine.grid = std::move(grid);
+    mine.owner_mode = !o.token_owner.empty();
+    mine.owner_fp = internal::owner_fingerprint(o.token_owner);
+    if (c.rank % o.cp == 0) {
+      mine.owners = o.token_owner;  // the replica's map travels once
+    }
+  } catch (...) {
+    mine.ok = false;
+    mine.error = "while checking its inputs: " +
+                 detail::exception_text(std::current_exception());
+  }
+  c.grid = mine.grid;
+  return mine;
+}
+
+/// Step (b), from checked records: the same inputs on every rank, so a
+/// failure here happens on every rank alike.
+MeshPlan plan_mesh(
+    const std::vector<internal::MeshRecord>& records, const MeshCall& c) {
+  MeshPlanOptions mo;
+  mo.dp = c.options.dp;
+  mo.cp = c.options.cp;
+  mo.plan = c.options.plan;
+  std::vector<std::vector<GridThw>> replicas;
+  for (size_t first = 0; first < records.size();
+       first += static_cast<size_t>(mo.cp)) {
+    replicas.push_back(records[first].grid);
+  }
+  try {
+    return make_mesh_plan(replicas, mo);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(
+        false, c.prefix, "every rank failed while planning: ", e.what());
+  }
+}
+
+/// Runs `local` (the tower and its checks), then encode's consensus: a
+/// failure in `local` joins it as this rank's error, unless the piece
+/// exchange raised it on every rank already. One rank: no consensus,
+/// errors propagate as raised.
+std::vector<internal::ConsensusRecord> run_and_agree(
+    const MeshCall& c,
+    const std::vector<int64_t>& expected_rows,
+    const internal::PieceExchangeState& exchange,
+    const std::function<void(internal::ConsensusRecord&, std::string&)>&
+        local) {
+  internal::ConsensusRecord mine;
+  mine.grad_mode = at::GradMode::is_enabled();
+  std::string stage;
+  if (c.world == 1) {
+    local(mine, stage);
+    return {mine};
+  }
+  try {
+    local(mine, stage);
+  } catch (...) {
+    if (exchange.raised) {
+      throw;  // every rank raised it already, inside the tower's exchange
+    }
+    mine.ok = false;
+    mine.error =
+        stage + ": " + detail::exception_text(std::current_exception());
+  }
+  internal::fault_point("consensus", c.rank);
+  return internal::run_consensus(
+      c.group, mine, expected_rows, c.device, c.options.timeout, kMeshEncodeFn);
+}
+
+/// The replicated path: each rank encodes its own replica's frames.
+MeshEncodeResult encode_replicated(const MeshCall& c, MeshPlan mp) {
+  const int64_t cp = c.options.cp;
+  std::vector<int64_t> expected(static_cast<size_t>(c.world));
+  for (int64_t m = 0; m < c.world; ++m) {
+    const int64_t q = m / cp;
+    expected[m] = mp.replica_tokens[q + 1] - mp.replica_tokens[q];
+  }
+  internal::LocalOutputs lo;
+  const internal::PieceExchangeState no_exchange;
+  run_and_agree(c, expected, no_exchange, [&](auto& mine, auto& stage) {
+    mine.fingerprint = mp.plan.fingerprint;
+    mine.path = 1;
+    mine.rows = 0;
+    if (c.grid.empty()) {
+      return;  // a text-only replica: no tower, no outputs (dtype -1)
+    }
+    lo = internal::run_tower_step(
+        c.tower,
+        whole_frames_input(c.pixel_values, c.grid),
+        expected[c.rank],
+        "the merged tokens of its replica's frames",
+        -1,
+        c.rank,
+        c.prefix,
+        stage);
+    internal::describe_outputs(lo, false, mine);
+  });
+  MeshEncodeResult res;
+  if (!c.options.token_owner.empty()) {
+    res.tokens = internal::owned_rows(c.options.token_owner, c.rank % cp);
+    internal::select_rows(lo.outputs, res.tokens);
+  }
+  res.outputs = std::move(lo.outputs);
+  res.plan = std::move(mp);
+  return res;
+}
+
+/// Step (c): this rank's real pixel rows, in its local order.
+at::Tensor receive_pixels(
+    const MeshCall& c, const MeshPlan& mp, MeshEncodeResult& res) {
+  const MeshPixelRoute px = mesh_pixel_route(mp, c.rank);
+  // Detached: a differentiable all-to-all would need every rank in its
+  // backward, and pixel values take no gradient.
+  const at::Tensor pixels = c.pixel_values.detach();
+  std::vector<at::Tensor> pieces;
+  for (const RowRange& r : px.send_ranges) {
+    pieces.push_back(pixels.narrow(0, r.begin, r.size()));
+  }
+  const at::Tensor send = pieces.empty()       ? pixels.narrow(0, 0, 0)
+                          : pieces.size() == 1 ? pieces[0]
+                                               : at::cat(pieces, 0);
+  GatherOptions gopts;
+  gopts.timeout = c.options.timeout;
+  at::Tensor recv =
+      all_to_all_rows(send, px.send_counts, px.recv_counts, c.group, gopts);
+  TORCH_INTERNAL_ASSERT(
+      recv.size(0) == mp.plan.ranks[c.rank].real_patch_rows,
+      "encode_mesh: the pixel route disagrees with the plan");
+  const int64_t row = pixels.size(1) * pixels.element_size();
+  const auto sum = [](const std::vector<int64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), int64_t{0});
+  };
+  res.pixel_bytes_sent = (sum(px.send_counts) - px.send_counts[c.rank]) * row;
+  res.pixel_bytes_received =
+      (sum(px.recv_counts) - px.recv_counts[c.rank]) * row;
+  return recv;
+}
+
+/// Step (f): every encoded row to the ranks of its replica that consume it.
+void route_outputs(
+    const MeshCall& c,
+    const MeshPlan& mp,
+    const std::vector<std::vector<int64_t>>& owners,
+    const internal::LocalOutputs& lo,
+    bool any_grad,
+    MeshEncodeResult& res) {
+  const OwnerRoute route = mesh_output_route(mp, c.rank, owners);
+  const at::Tensor fused = internal::joined_for_backward(lo.fused, any_grad);
+  const auto device = fused.device();
+  const auto index = [&](const std::vector<int64_t>& v) {
+    return at::tensor(v, at::kLong).to(device);
+  };
+  GatherOptions gopts;
+  gopts.timeout = c.options.timeout;
+  internal::fault_point("gather", c.rank);
+  // A row goes out once per consumer: index_select's backward then sums
+  // the gradients of a replica's cp copies.
+  at::Tensor out = all_to_all_rows(
+      fused.index_select(0, index(route.send_order)),
+      route.send_counts,
+      route.recv_counts,
+      c.group,
+      gopts);
+  out = out.index_select(0, index(route.recv_order));
+  res.outputs = internal::split_widths(out, lo.widths);
+  if (!owners.empty()) {
+    const int64_t first = mp.replica_tokens[mp.replica_of_rank(c.rank)];
+    for (int64_t t : route.tokens) {
+      res.tokens.push_back(t - first);
+    }
+  }
+  const int64_t row = internal::row_bytes(lo.widths, fused.scalar_type());
+  const auto sent = static_cast<int64_t>(route.send_order.size());
+  res.bytes_sent += (sent - route.send_counts[c.rank]) * row;
+  res.bytes_received +=
+      (static_cast<int64_t>(route.tokens.size()) - route.recv_counts[c.rank]) *
+      row;
+}
+
+/// The sharded path: steps (c) to (f).
+MeshEncodeResult encode_sharded(
+    const MeshCall& c,
+    MeshPlan mp,
+    const std::vector<std::vector<int64_t>>& owners) {
+  MeshEncodeResult res;
+  const at::Tensor real = receive_pixels(c, mp, res);
+  const RankShard& shard = mp.plan.ranks[c.rank];
+  auto exchange = std::make_shared<internal::PieceExchangeState>();
+  internal::LocalOutputs lo;
+  const auto records = run_and_agree(
+      c, mp.plan.gather_counts, *exchange, [&](auto& mine, auto& stage) {
+        mine.fingerprint = mp.plan.fingerprint;
+        stage = "while preparing its tower input";
+        TowerInput in = internal::shard_tower_input(shard, {real}, real);
+        if (mp.plan.split && c.world > 1) {
+          in.exchange = internal::make_piece_exchange(
+              mp.plan,
+              c.rank,
+              c.group,
+              c.device,
+              c.options.timeout,
+              exchange,
+              kMeshEncodeFn);
+        }
+        lo = internal::run_tower_step(
+            c.tower,
+            in,
+            shard.local_tokens,
+            "local_tokens of the mesh plan: real, floor and dummy frames",
+            shard.real_tokens,
+            c.rank,
+            c.prefix,
+            stage);
+        internal::describe_outputs(lo, true, mine);
+      });
+  route_outputs(c, mp, owners, lo, internal::any_requires_grad(records), res);
+  res.bytes_sent += res.pixel_bytes_sent;
+  res.bytes_received += res.pixel_bytes_received;
+  res.plan = std::move(mp);
+  return res;
+}
+
+}  // namespace
+
+MeshEncodeResult encode_mesh(
+    const VisionTower& tower,
+    const at::Tensor& pixel_values,
+    const at::Tensor& grid_thw,
+    const ProcessGroupPtr& mesh_group,
+    const MeshEncodeOptions& options) {
+  FRAMESHARD_TORCH_CHECK(
+      mesh_group, kMeshEncodeFn, "expected a process group, got null");
+  MeshCall c(tower, pixel_values, mesh_group, options);
+  // (a) every rank's inputs, checked alike everywhere.
+  const internal::MeshRecord mine = check_local_inputs(c, grid_thw);
+  const auto records = internal::exchange_mesh_records(
+      mesh_group, mine, c.device, options.timeout, kMeshEncodeFn);
+  internal::check_mesh_records(records, c.prefix);
+  // (b) the plan; then (c) to (f), or the replicated path.
+  MeshPlan mp = plan_mesh(records, c);
+  if (!mp.plan.sharded()) {
+    return encode_replicated(c, std::move(mp));
+  }
+  return encode_sharded(c, std::move(mp), internal::replica_owners(records));
+}
+
+}  // namespace frameshard
