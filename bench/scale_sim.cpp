@@ -22,15 +22,22 @@
 // The tower and the timing are tools/tower_timing.h's, shared with
 // `frameshard calibrate`.
 //
+// --mesh-dp D (with --manifest files and one --cp C): the mesh mode of
+// scale_sim_mesh.h instead, D replicas of real manifest batches under
+// mesh_dims [cp] and [dp, cp], the step-level vision bottleneck of each.
+//
 // Usage: frameshard_scale_sim [--family qwen3-vl] [--width 256] [--depth 2]
 //          [--preset mixed ...] [--scale 0] [--max-patches 8192]
 //          [--cp 2 --cp 4 ...] [--bandwidth-gbps 25] [--repeats 1]
+//        frameshard_scale_sim --mesh-dp 8 --cp 8 --manifest M.jsonl ...
+//          [--samples-per-replica 2] [--steps 3] [--scale 4]
 #include <frameshard/models/cost_bridge.h>
 #include <frameshard/models/qwen_factory.h>
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>
 #include <frameshard/runtime/encode.h>
 
+#include "scale_sim_mesh.h"
 #include "tower_timing.h"
 #include "verify_workload.h"
 
@@ -171,11 +178,32 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", a.repeats)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  bench::MeshSimArgs mesh;
+  app.add_option(
+         "--mesh-dp", mesh.dp, "Mesh mode: DP replicas (scale_sim_mesh.h)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--manifest", mesh.manifests, "Mesh mode: JSONL manifests")
+      ->check(CLI::ExistingFile);
+  app.add_option("--samples-per-replica", mesh.samples_per_replica)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", mesh.steps, "Mesh mode: steps per manifest")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
   torch::manual_seed(0);
   const models::QwenVisionModel m =
       cli::make_timing_tower({a.family, a.width, a.depth, ""});
+  if (app.count("--mesh-dp") > 0) {
+    mesh.family = a.family;
+    mesh.cp = a.cps.size() == 1 ? a.cps[0] : 8;
+    mesh.scale = a.scale > 0 ? a.scale : 4;
+    mesh.bandwidth_gbps = a.bandwidth_gbps;
+    mesh.repeats = a.repeats;
+    bench::simulate_mesh(mesh, m);
+    return 0;
+  }
   std::printf(
       "scale simulation: %s width %lld depth %lld, 1 thread per "
       "rank, gather and K/V exchange at %.0f GB/s; speedup = replicated / "

@@ -83,6 +83,7 @@ ArmRecord run_arm(
   train::Trainer trainer(cfg, g, sharded);
   ArmRecord rec;
   rec.name = name;
+  rec.cp = cfg.parallel.cp_size;
   const bool printer = g.world->getRank() == 0 && !run.json;
   for (int64_t s = 0; s < cfg.train.steps; ++s) {
     const train::StepMetrics m = trainer.step(s);

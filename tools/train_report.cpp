@@ -60,6 +60,49 @@ double ratio(double a, double b) {
   return b > 0 ? a / b : 0.0;
 }
 
+// Mean over the measured steps of the gap between the slowest and the
+// fastest replica, a replica's time being its slowest rank's.
+template <typename F>
+double replica_gap(const ArmRecord& arm, F field) {
+  const size_t first = arm.steps.size() >= 2 ? 1 : 0;
+  const auto cp = static_cast<size_t>(std::max<int64_t>(1, arm.cp));
+  double sum = 0.0;
+  for (size_t s = first; s < arm.steps.size(); ++s) {
+    const auto& ranks = arm.steps[s];
+    double lo = 0.0, hi = 0.0;
+    for (size_t q = 0; q * cp < ranks.size(); ++q) {
+      double t = 0.0;
+      for (size_t r = q * cp; r < std::min(ranks.size(), (q + 1) * cp); ++r) {
+        t = std::max(t, static_cast<double>(field(ranks[r])));
+      }
+      lo = q == 0 ? t : std::min(lo, t);
+      hi = std::max(hi, t);
+    }
+    sum += hi - lo;
+  }
+  return arm.steps.size() > first
+             ? sum / static_cast<double>(arm.steps.size() - first)
+             : 0.0;
+}
+
+// DP replicas of the arm's job (1 when it recorded no step).
+size_t replicas(const ArmRecord& arm) {
+  const auto cp = static_cast<size_t>(std::max<int64_t>(1, arm.cp));
+  return arm.steps.empty() ? 1 : arm.steps[0].size() / cp;
+}
+
+template <typename F>
+std::vector<std::vector<double>> per_rank(const ArmRecord& arm, F field) {
+  std::vector<std::vector<double>> v;
+  for (const auto& ranks : arm.steps) {
+    v.emplace_back();
+    for (const auto& m : ranks) {
+      v.back().push_back(static_cast<double>(field(m)));
+    }
+  }
+  return v;
+}
+
 }  // namespace
 
 ArmSummary summarize(const ArmRecord& arm) {
@@ -70,6 +113,12 @@ ArmSummary summarize(const ArmRecord& arm) {
       measured_mean(arm, [](const auto& m) { return m.step_seconds; });
   s.vision_seconds =
       measured_mean(arm, [](const auto& m) { return m.vision_seconds; });
+  s.vision_cpu_seconds =
+      measured_mean(arm, [](const auto& m) { return m.vision_cpu_seconds; });
+  s.replica_gap_seconds =
+      replica_gap(arm, [](const auto& m) { return m.vision_seconds; });
+  s.replica_gap_cpu_seconds =
+      replica_gap(arm, [](const auto& m) { return m.vision_cpu_seconds; });
   s.gather_seconds =
       measured_mean(arm, [](const auto& m) { return m.gather_seconds; });
   s.decoder_seconds =
@@ -149,6 +198,13 @@ void print_train_summary(std::ostream& os, const ArmRecord& arm) {
   os << "  step time        " << fmt("%.3f s", s.step_seconds) << "\n";
   os << "  vision time      " << fmt("%.3f s", s.vision_seconds)
      << "  (tower forward + backward)\n";
+  os << "  vision CPU time  " << fmt("%.3f s", s.vision_cpu_seconds)
+     << "  (the rank thread's)\n";
+  if (replicas(arm) > 1) {
+    os << "  replica gap      " << fmt("%.3f s", s.replica_gap_seconds)
+       << fmt(" (CPU %.3f s; slowest - fastest DP replica)\n",
+              s.replica_gap_cpu_seconds);
+  }
   os << "  gather time      " << fmt("%.3f s", s.gather_seconds) << "\n";
   os << "  decoder time     " << fmt("%.3f s", s.decoder_seconds) << "\n";
   os << "  peak bytes       " << mib(s.peak_bytes) << "\n";
@@ -244,6 +300,20 @@ void print_ab_summary(
       secs(r.vision_seconds),
       secs(s.vision_seconds),
       ratio_text(s.vision_seconds, r.vision_seconds));
+  row("vision CPU time",
+      secs(r.vision_cpu_seconds),
+      secs(s.vision_cpu_seconds),
+      ratio_text(s.vision_cpu_seconds, r.vision_cpu_seconds));
+  if (replicas(replicated) > 1) {
+    row("replica gap",
+        secs(r.replica_gap_seconds),
+        secs(s.replica_gap_seconds),
+        "");
+    row("replica gap (CPU)",
+        secs(r.replica_gap_cpu_seconds),
+        secs(s.replica_gap_cpu_seconds),
+        "");
+  }
   row("step time",
       secs(r.step_seconds),
       secs(s.step_seconds),
@@ -289,6 +359,12 @@ nlohmann::json arm_json(const ArmRecord& arm) {
       per_step_max(arm, [](const auto& m) { return m.step_seconds; });
   j["vision_seconds"] =
       per_step_max(arm, [](const auto& m) { return m.vision_seconds; });
+  j["vision_cpu_seconds"] =
+      per_step_max(arm, [](const auto& m) { return m.vision_cpu_seconds; });
+  j["vision_seconds_per_rank"] =
+      per_rank(arm, [](const auto& m) { return m.vision_seconds; });
+  j["vision_cpu_seconds_per_rank"] =
+      per_rank(arm, [](const auto& m) { return m.vision_cpu_seconds; });
   j["gather_seconds"] =
       per_step_max(arm, [](const auto& m) { return m.gather_seconds; });
   j["decoder_seconds"] =
@@ -313,6 +389,10 @@ nlohmann::json arm_json(const ArmRecord& arm) {
   j["tower_rows_per_rank"] = s.tower_rows_per_rank;
   j["mean_step_seconds"] = s.step_seconds;
   j["mean_vision_seconds"] = s.vision_seconds;
+  j["mean_vision_cpu_seconds"] = s.vision_cpu_seconds;
+  j["mean_replica_gap_seconds"] = s.replica_gap_seconds;
+  j["mean_replica_gap_cpu_seconds"] = s.replica_gap_cpu_seconds;
+  j["cp"] = arm.cp;
   j["mean_gather_seconds"] = s.gather_seconds;
   j["max_peak_bytes"] = s.peak_bytes;
   j["max_vision_peak_bytes"] = s.vision_peak_bytes;
@@ -327,6 +407,8 @@ nlohmann::json ab_json(const ArmRecord& replicated, const ArmRecord& sharded) {
   j["replicated"] = arm_json(replicated);
   j["sharded"] = arm_json(sharded);
   j["vision_time_ratio"] = ratio(s.vision_seconds, r.vision_seconds);
+  j["vision_cpu_time_ratio"] =
+      ratio(s.vision_cpu_seconds, r.vision_cpu_seconds);
   j["step_time_ratio"] = ratio(s.step_seconds, r.step_seconds);
   j["gather_time_ratio"] = ratio(s.gather_seconds, r.gather_seconds);
   j["peak_bytes_ratio"] = ratio(

@@ -22,12 +22,19 @@ namespace cli {
 struct ArmRecord {
   std::string name;  // "sharded", "replicated"
   std::vector<std::vector<train::StepMetrics>> steps;
+  int64_t cp = 1;  // ranks per DP replica (global rank = replica * cp + c)
 };
 
 struct ArmSummary {
   int64_t measured_steps = 0;   // steps averaged (all but the warm-up)
   double step_seconds = 0.0;    // mean over measured steps of the max
   double vision_seconds = 0.0;  //   over ranks
+  double vision_cpu_seconds = 0.0;
+  // The straggler gap between DP replicas: per step, a replica's vision
+  // time is its slowest rank's, the gap the slowest replica's minus the
+  // fastest's (0 with one replica); wall and thread CPU time.
+  double replica_gap_seconds = 0.0;
+  double replica_gap_cpu_seconds = 0.0;
   double gather_seconds = 0.0;
   double decoder_seconds = 0.0;
   int64_t peak_bytes = 0;         // max over steps and ranks
@@ -55,13 +62,17 @@ void print_train_summary(std::ostream& os, const ArmRecord& arm);
 void print_ab_summary(
     std::ostream& os, const ArmRecord& replicated, const ArmRecord& sharded);
 
-/// Per arm: plan_path, step_seconds, vision_seconds, gather_seconds,
-/// decoder_seconds (per step, slowest rank), peak_bytes (per step, max over
-/// ranks), peak_bytes_per_rank, losses, visual_bytes_received (per step,
-/// per rank), visual_bytes_ratio (received over what the all-gather would
-/// move; 1 for gather: all, 0 when nothing moved), and the summary means.
+/// Per arm: plan_path, step_seconds, vision_seconds, vision_cpu_seconds,
+/// gather_seconds, decoder_seconds (per step, slowest rank), peak_bytes (per
+/// step, max over ranks), peak_bytes_per_rank, losses,
+/// vision_seconds_per_rank and vision_cpu_seconds_per_rank (per step, per
+/// rank), visual_bytes_received (per step, per rank), visual_bytes_ratio
+/// (received over what the all-gather would move; 1 for gather: all, 0 when
+/// nothing moved or on the mesh path, which has no all-gather), cp, and the
+/// summary means (with the replica gaps).
 nlohmann::json arm_json(const ArmRecord& arm);
-/// {"replicated": arm, "sharded": arm, "vision_time_ratio", "step_time_ratio",
+/// {"replicated": arm, "sharded": arm, "vision_time_ratio",
+/// "vision_cpu_time_ratio", "step_time_ratio",
 /// "gather_time_ratio", "peak_bytes_ratio", "vision_peak_bytes_ratio",
 /// "loss_max_abs_diff"}; ratios are sharded over replicated.
 nlohmann::json ab_json(const ArmRecord& replicated, const ArmRecord& sharded);

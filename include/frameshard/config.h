@@ -11,7 +11,10 @@
 //       vision:
 //         frame_sharding:
 //           enabled: true
-//           mesh_dims: [cp]
+//           mesh_dims: [cp]     # or [dp, cp]: balance the vision work
+//                               # of every DP replica over the whole
+//                               # dp x cp mesh (frameshard/mesh_plan.h,
+//                               # runtime/mesh_encode.h)
 //           min_tokens: 2048
 //           min_frames: 32
 //           min_local_patch_rows: 96  # at most 2^20
@@ -44,10 +47,11 @@
 //   distributed.multimodal.vision.frame_sharding.min_tokens: expected a
 //   non-negative integer, got true
 // Unknown keys, booleans where integers belong, negatives, mesh_dims other
-// than [cp], the flat legacy key distributed.cp_vision_frame_sharding, YAML
-// anchors and aliases (a self-reference would recurse, nested aliases expand
-// exponentially), a second YAML document and a path that is not a regular
-// file are rejected. Values in errors are cut at 200 characters.
+// than [cp] and [dp, cp], the flat legacy key
+// distributed.cp_vision_frame_sharding, YAML anchors and aliases (a
+// self-reference would recurse, nested aliases expand exponentially), a second
+// YAML document and a path that is not a regular file are rejected. Values in
+// errors are cut at 200 characters.
 //
 // Usage:
 //   auto cfg = frameshard::load_config("train.yaml");

@@ -10,6 +10,8 @@ outputs back with a differentiable variable-size all-gather (backward: reduce-sc
     p = frameshard.plan([[1, 32, 32], [8, 16, 16]], cp_size=2, config=cfg)
     embeds = frameshard.shard_vision(tower, pixel_values, grid_thw, group, cfg)
     frameshard.hf.enable(model, group, cfg)   # a transformers Qwen-VL model
+    # mesh_dims [dp, cp]: every replica's frames balanced over the dp x cp world
+    embeds = frameshard.shard_vision(tower, my_pixels, my_grid, mesh=frameshard.Mesh(world, 2, 2))
 
 `torch` is imported first: the extension frameshard._C shares torch's pybind11 types.
 """
@@ -20,7 +22,7 @@ from . import _C
 from ._C import FrameshardError
 from .config import FrameShardingConfig, parse_yaml
 from .plan import FrameUnit, Plan, RankPlan, plan, workload
-from .shard import all_gather_rows, shard_vision, visual_token_owners
+from .shard import Mesh, all_gather_rows, shard_vision, visual_token_owners
 from .towers import TowerDims, cost_model, tower_dims
 from .calibrate import Calibration, calibrate
 
@@ -71,6 +73,7 @@ __all__ = [
     "FrameShardingConfig",
     "FrameUnit",
     "FrameshardError",
+    "Mesh",
     "Plan",
     "RankPlan",
     "TowerDims",

@@ -48,7 +48,9 @@ class FrameShardingConfig:
 
     Attributes:
         enabled: shard at all (the YAML default is False: the replicated path).
-        mesh_dims: the mesh dimensions the sharding group spans; only ["cp"].
+        mesh_dims: the mesh dimensions the sharding group spans: ["cp"], or ["dp", "cp"] to
+            balance every DP replica's frames over the whole mesh (shard_vision / hf.enable
+            then need mesh=frameshard.Mesh(...)).
         min_tokens: shard when the merged visual tokens reach this many ...
         min_frames: ... or the frame units reach this many (either is enough).
         min_local_patch_rows: pad each rank's frames to at least this many patch rows with

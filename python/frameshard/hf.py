@@ -34,6 +34,14 @@ Cost: the plan costs the wrapped tower itself (frameshard.tower_dims of its conf
 
 The forward calls are collective over the group: every rank must run the vision module on the
 same pixel_values and grid_thw (as CP ranks of one microbatch do).
+
+With `mesh=frameshard.Mesh(world, dp, cp)` (mesh_dims [dp, cp]) each rank runs the vision module
+on its own DP replica's pixel_values and grid_thw, the frames of all replicas are balanced over
+the dp x cp ranks and each gets its replica's features back. Every rank must make the same number
+of vision calls per step: where a replica's batch has no media (transformers then skips the
+vision module), add `frameshard.hf.join_without_media(model)` to its loss once per vision call
+the others make (it joins the collectives, forward and backward). All-reduce the gradients over
+the whole mesh (DDP / FSDP over dp x cp).
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ import torch.distributed as dist
 
 from ._C import FrameshardError
 from .config import FrameShardingConfig
-from .shard import Timeout, resolve_group, shard_vision
+from .shard import Mesh, Timeout, _kind, resolve_group, shard_vision
 from .towers import TowerDims, tower_dims
 
 # Vision module class name -> family.
@@ -67,12 +75,13 @@ _STATE = "_frameshard_state"
 
 @dataclasses.dataclass
 class _State:
-    group: dist.ProcessGroup
+    group: Optional[dist.ProcessGroup]  # None with a mesh (it names its group)
     config: FrameShardingConfig
     cp_size: Optional[int]
     timeout: Timeout
     family: str
     dims: Optional[TowerDims]
+    mesh: Optional[Mesh] = None
 
 
 def _wrapped_module(module: Any) -> Any:
@@ -166,19 +175,29 @@ def enable(
     *,
     cp_size: Optional[int] = None,
     timeout: Timeout = None,
+    mesh: Optional[Mesh] = None,
 ) -> torch.nn.Module:
     """Makes the vision module of `model` shard its frames over `group` (None: the default
     torch.distributed group). `config=None` is FrameShardingConfig(enabled=True); `cp_size`
     (None: the group's size) must equal the group's size, or every rank raises on the first
-    forward. Calling it again replaces the group/config. Returns the vision module."""
+    forward. `mesh` (a frameshard.Mesh; leave group and cp_size unset): balance the frames of
+    every DP replica over the whole dp x cp mesh, each rank calling the vision module on its own
+    replica's inputs (see the module's docstring). Calling it again replaces the
+    group/config/mesh. Returns the vision module."""
     visual = find_vision_module(model, fn="enable")
+    if mesh is not None and (group is not None or cp_size is not None):
+        raise FrameshardError(
+            "frameshard.hf.enable: expected group and cp_size unset with a mesh (the Mesh names "
+            "its group, dp and cp), got group=%s cp_size=%r" % (_kind(group), cp_size)
+        )
     state = _State(
-        group=resolve_group(group, "hf.enable"),
+        group=None if mesh is not None else resolve_group(group, "hf.enable"),
         config=config if config is not None else FrameShardingConfig(enabled=True),
         cp_size=cp_size,
         timeout=timeout,
         family=str(family_of(visual)),
         dims=tower_dims(visual),
+        mesh=mesh,
     )
     setattr(visual, _STATE, state)
     visual.forward = types.MethodType(_skipped_by_compile(_sharded_forward), visual)
@@ -193,6 +212,35 @@ def disable(model: torch.nn.Module) -> bool:
     del visual.forward  # the instance attribute: the class's forward shows again
     delattr(visual, _STATE)
     return True
+
+
+def join_without_media(model: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """With a mesh: the vision call of a rank whose replica has no media this step, where the
+    other ranks call the vision module. Runs the sharded vision module on [0, features] pixel
+    values (of `dtype`, default the vision module's, which is what Qwen-VL's get_image_features
+    passes) and a [0, 3] grid, so this rank joins the collectives and encodes its share of the
+    other replicas' frames; returns a zero scalar that depends on the outputs: add it to the
+    loss, so that this rank joins the backward too (a zero scalar without graph when the mesh
+    replicated the step: then there is no backward collective)."""
+    visual = find_vision_module(model, fn="join_without_media")
+    state: Optional[_State] = getattr(visual, _STATE, None)
+    if state is None or state.mesh is None:
+        raise FrameshardError(
+            "frameshard.hf.join_without_media: expected a model enabled with a mesh "
+            "(hf.enable(model, config=..., mesh=frameshard.Mesh(...))), got %s"
+            % ("one without a mesh" if state is not None else "one not enabled")
+        )
+    embed = visual.patch_embed
+    features = int(embed.in_channels * embed.temporal_patch_size * embed.patch_size**2)
+    param = next(visual.parameters())
+    dtype = dtype if dtype is not None else param.dtype
+    pixels = torch.zeros(0, features, dtype=dtype, device=param.device)
+    out = visual(pixels, grid_thw=torch.zeros(0, 3, dtype=torch.int64, device=param.device))
+    zero = torch.zeros((), dtype=dtype, device=param.device)
+    if out is None:
+        return zero
+    tensors = [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
+    return sum((0 * t.sum() for t in tensors), zero)
 
 
 def is_enabled(model: torch.nn.Module) -> bool:
@@ -262,6 +310,7 @@ def _sharded_forward(
             state.group,
             state.config,
             cp_size=state.cp_size,
+            mesh=state.mesh,
             spatial_merge_size=int(visual.spatial_merge_size),
             temporal_patch_size=int(visual.config.temporal_patch_size),
             tower_trainable=any(p.requires_grad for p in visual.parameters()),
@@ -277,6 +326,8 @@ def _sharded_forward(
         if raised[0] is not None:
             raise e from raised[0]
         raise
+    if outputs is None:
+        return None  # a text-only replica on the mesh's replicated path: no tower ran
     out = last[0]
     if plan.sharded and return_dict is False:
         # A tuple would start with last_hidden_state, which is rank-local here.

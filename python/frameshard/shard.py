@@ -1,11 +1,13 @@
 """Collectives: `all_gather_rows` (differentiable) and `shard_vision` (sharded tower call).
 
 Both are collective: every rank of the group must call them, with the same counts / grid_thw and
-config. The GIL is released while the C++ collectives run; a Python tower is called back with it.
+config (with a `Mesh`, each rank its own replica's grid_thw). The GIL is released while the C++
+collectives run; a Python tower is called back with it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Callable, Optional, Sequence, Union
 
@@ -33,6 +35,44 @@ def resolve_group(group: Optional[dist.ProcessGroup], fn: str) -> dist.ProcessGr
             "default group, got neither (call torch.distributed.init_process_group)" % fn
         )
     return dist.distributed_c10d._get_default_group()
+
+
+def _kind(group: object) -> str:
+    """How an error names a group: its type, not its repr (an address differs between ranks, and
+    the same error must read the same on every rank)."""
+    return "None" if group is None else "a " + type(group).__name__
+
+
+@dataclasses.dataclass(frozen=True)
+class Mesh:
+    """A data x context-parallel mesh for `shard_vision(..., mesh=...)` and `hf.enable(...,
+    mesh=...)` (frame_sharding.mesh_dims [dp, cp]): the vision work of every DP replica's batch is
+    balanced over all dp * cp ranks of `group`, and each rank gets its own replica's outputs back.
+
+    `group` spans the whole mesh, replica-major: rank = replica * cp + cp rank (torch's default
+    group when None). Each rank passes ITS OWN replica's pixel_values and grid_thw (the cp ranks
+    of a replica the same); a text-only replica passes [0, features] pixel_values and a [0, 3]
+    grid_thw, and must still call (every rank joins every collective). Gradients: all-reduce the
+    tower's gradients over this whole group (SUM, then divide by dp, as DDP / FSDP over dp x cp
+    do): a rank encodes other replicas' frames, so a reduction over CP or DP alone is wrong."""
+
+    group: Optional[dist.ProcessGroup]
+    dp: int
+    cp: int
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "cp"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise FrameshardError("frameshard.Mesh: expected %s a positive integer, got %r" % (name, v))
+
+    def replica(self, rank: int) -> int:
+        """The DP replica of mesh rank `rank`."""
+        return rank // self.cp
+
+    def cp_rank(self, rank: int) -> int:
+        """The CP rank (0 .. cp-1) of mesh rank `rank` within its replica."""
+        return rank % self.cp
 
 
 def _millis(timeout: Timeout) -> int:
@@ -82,7 +122,8 @@ def shard_vision(
     return_plan: bool = False,
     token_owner: Optional[Sequence[int]] = None,
     tower_dims: Optional[TowerDims] = None,
-) -> Union[TowerOutput, tuple[TowerOutput, Plan]]:
+    mesh: Optional[Mesh] = None,
+) -> Union[Optional[TowerOutput], tuple[Optional[TowerOutput], Plan]]:
     """Runs `tower` on this rank's frames only and returns the gathered outputs, in order.
 
     Args:
@@ -113,16 +154,34 @@ def shard_vision(
         tower_dims: the sizes `cost_alpha: auto` counts (frameshard.tower_dims); None: read
             from `tower` when it is a transformers vision module, else the config's `tower`
             preset. The returned Plan's `cost_model` names the model used.
+        mesh: a `Mesh` (mesh_dims [dp, cp]): balance the frames of every DP replica over the
+            whole dp x cp mesh instead (leave `group` and `cp_size` unset; config.mesh_dims
+            ["dp", "cp"] requires it). pixel_values / grid_thw are this rank's replica's, and
+            token_owner maps the replica's tokens to its cp ranks. The Plan is the pooled one
+            (every replica's media, replica-major, over dp * cp ranks).
 
     Returns:
         The gathered output [total_tokens, hidden] -- a tuple of them when the tower returns a
-        sequence -- with autograd through the gather; and the Plan if `return_plan`.
+        sequence -- with autograd through the gather; and the Plan if `return_plan`. With a
+        mesh: this replica's rows; a text-only replica gets [0, hidden] rows on the sharded path
+        (put them in the loss, e.g. `loss + 0 * out.sum()`, so its backward joins) and None on
+        the replicated path (no tower ran; nothing to backpropagate).
 
     Collective over `group`. A failure on any rank (bad grid, tower exception, mismatched plans)
     raises FrameshardError on every rank instead of hanging.
     """
-    pg = resolve_group(group, "shard_vision")
     config = config if config is not None else FrameShardingConfig(enabled=True)
+    if mesh is not None and (group is not None or cp_size is not None):
+        raise FrameshardError(
+            "frameshard.shard_vision: expected group and cp_size unset with a mesh (the Mesh "
+            "names its group, dp and cp), got group=%s cp_size=%r" % (_kind(group), cp_size)
+        )
+    if mesh is None and list(config.mesh_dims) == ["dp", "cp"]:
+        raise FrameshardError(
+            "frameshard.shard_vision: expected mesh=frameshard.Mesh(group, dp, cp) with "
+            "mesh_dims [dp, cp], got no mesh"
+        )
+    pg = resolve_group(mesh.group if mesh is not None else group, "shard_vision")
     if (config.gather == "owner") != (token_owner is not None):
         raise FrameshardError(
             "frameshard.shard_vision: expected token_owner exactly when config.gather is "
@@ -139,13 +198,7 @@ def shard_vision(
         returned_sequence[0] = True
         return list(out)
 
-    outputs, plan_d, _, _ = _C.encode(
-        call,
-        pixel_values,
-        grid_tensor(grid_thw),
-        pg,
-        config.overrides(),
-        int(cp_size if cp_size is not None else pg.size()),
+    common = (
         int(spatial_merge_size),
         int(temporal_patch_size),
         bool(_trainable(tower) if tower_trainable is None else tower_trainable),
@@ -153,7 +206,23 @@ def shard_vision(
         [int(o) for o in token_owner] if token_owner is not None else [],
         dims.as_dict() if dims is not None else None,
     )
-    result: TowerOutput = tuple(outputs) if returned_sequence[0] else outputs[0]
+    if mesh is not None:
+        outputs, plan_d = _C.encode_mesh(
+            call, pixel_values, grid_tensor(grid_thw), pg, config.overrides(), mesh.dp, mesh.cp, *common
+        )[:2]
+    else:
+        outputs, plan_d = _C.encode(
+            call,
+            pixel_values,
+            grid_tensor(grid_thw),
+            pg,
+            config.overrides(),
+            int(cp_size if cp_size is not None else pg.size()),
+            *common,
+        )[:2]
+    result: Optional[TowerOutput] = None  # a text-only replica on the mesh's replicated path
+    if outputs:
+        result = tuple(outputs) if returned_sequence[0] else outputs[0]
     if return_plan:
         return result, plan_from_dict(plan_d)
     return result

@@ -1,10 +1,12 @@
-// frameshard._C: the collectives, all_gather_rows and encode with a Python
-// tower (bindings.h). The GIL is released while they run (bindings.cpp).
+// frameshard._C: the collectives, all_gather_rows, encode and encode_mesh
+// with a Python tower (bindings.h). The GIL is released while they run
+// (bindings.cpp).
 #include "bindings.h"
 
 #include <frameshard/error.h>
 #include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/gather.h>
+#include <frameshard/runtime/mesh_encode.h>
 #include <frameshard/tower.h>
 
 #include <chrono>
@@ -58,6 +60,25 @@ VisionTower python_tower(const py::object& tower) {
   };
 }
 
+// The plan options of encode with a Python tower over `world` ranks. A
+// Python tower is called with (pixel_values, grid_thw, cu_seqlens): it would
+// encode a piece of a split frame as if it were a whole frame.
+PlanOptions python_tower_plan(
+    const Overrides& overrides,
+    int64_t world,
+    int64_t spatial_merge_size,
+    int64_t temporal_patch_size,
+    const py::object& tower_dims) {
+  PlanOptions o = plan_options_from(
+      overrides, world, spatial_merge_size, temporal_patch_size, tower_dims);
+  FRAMESHARD_CHECK(
+      !o.split.enabled,
+      "shard_vision",
+      "split_frames: expected false for a Python tower (it is not given the "
+      "pieces of split frames nor their K/V exchange), got true");
+  return o;
+}
+
 py::tuple encode_binding(
     const py::object& tower,
     const at::Tensor& pixel_values,
@@ -73,17 +94,10 @@ py::tuple encode_binding(
     const py::object& tower_dims) {
   EncodeOptions o;
   o.token_owner = token_owner;
-  o.plan = plan_options_from(
+  o.plan = python_tower_plan(
       overrides, cp_size, spatial_merge_size, temporal_patch_size, tower_dims);
   o.tower_trainable = tower_trainable;
   o.timeout = millis(timeout_ms);
-  // A Python tower is called with (pixel_values, grid_thw, cu_seqlens): it
-  // would encode a piece of a split frame as if it were a whole frame.
-  FRAMESHARD_CHECK(
-      !o.plan.split.enabled,
-      "shard_vision",
-      "split_frames: expected false for a Python tower (it is not given the "
-      "pieces of split frames nor their K/V exchange), got true");
   const VisionTower cpp_tower = python_tower(tower);
   EncodeResult res;
   {
@@ -92,6 +106,43 @@ py::tuple encode_binding(
   }
   return py::make_tuple(
       res.outputs, plan_dict(res.plan), res.bytes_sent, res.tokens);
+}
+
+py::tuple encode_mesh_binding(
+    const py::object& tower,
+    const at::Tensor& pixel_values,
+    const at::Tensor& grid_thw,
+    const ProcessGroupPtr& mesh_group,
+    const Overrides& overrides,
+    int64_t dp,
+    int64_t cp,
+    int64_t spatial_merge_size,
+    int64_t temporal_patch_size,
+    bool tower_trainable,
+    int64_t timeout_ms,
+    const std::vector<int64_t>& token_owner,
+    const py::object& tower_dims) {
+  MeshEncodeOptions o;
+  o.dp = dp;
+  o.cp = cp;
+  o.token_owner = token_owner;
+  // The config's world is the mesh's (encode_mesh sets it to dp * cp).
+  o.plan = python_tower_plan(
+      overrides, dp * cp, spatial_merge_size, temporal_patch_size, tower_dims);
+  o.tower_trainable = tower_trainable;
+  o.timeout = millis(timeout_ms);
+  const VisionTower cpp_tower = python_tower(tower);
+  MeshEncodeResult res;
+  {
+    py::gil_scoped_release no_gil;
+    res = encode_mesh(cpp_tower, pixel_values, grid_thw, mesh_group, o);
+  }
+  return py::make_tuple(
+      res.outputs,
+      plan_dict(res.plan.plan),
+      res.bytes_sent,
+      res.tokens,
+      res.plan.replica_tokens);
 }
 
 }  // namespace
@@ -124,6 +175,28 @@ Collective; the GIL is released while it runs.)doc");
       R"doc(frameshard::encode with a Python tower: returns
 (outputs, plan dict, bytes sent, owned token indices). With token_owner
 (one CP rank per visual token) each rank gets only its rows. Collective.)doc");
+  m.def(
+      "encode_mesh",
+      &encode_mesh_binding,
+      py::arg("tower"),
+      py::arg("pixel_values"),
+      py::arg("grid_thw"),
+      py::arg("mesh_group"),
+      py::arg("overrides"),
+      py::arg("dp"),
+      py::arg("cp"),
+      py::arg("spatial_merge_size"),
+      py::arg("temporal_patch_size"),
+      py::arg("tower_trainable"),
+      py::arg("timeout_ms") = 0,
+      py::arg("token_owner") = std::vector<int64_t>{},
+      py::arg("tower_dims") = py::none(),
+      R"doc(frameshard::encode_mesh with a Python tower over a dp x cp mesh
+group (mesh rank = replica * cp + cp rank; each rank passes its own
+replica's pixel_values and grid_thw): returns (outputs of this replica,
+the pooled plan dict, bytes sent, owned token indices, the replicas' token
+offsets). Empty outputs: a text-only replica on the replicated path.
+Collective over the mesh group.)doc");
 }
 
 }  // namespace python

@@ -48,7 +48,7 @@ void init_config(py::module_& m);
 void init_calibrate(py::module_& m);
 // bind_plan.cpp: plan, cost_model, workload, visual_token_owners.
 void init_plan(py::module_& m);
-// bind_runtime.cpp: all_gather_rows, encode (collectives).
+// bind_runtime.cpp: all_gather_rows, encode, encode_mesh (collectives).
 void init_runtime(py::module_& m);
 
 }  // namespace python

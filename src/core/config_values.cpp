@@ -292,8 +292,11 @@ void check_mesh_dims(
     const std::string& got,
     const std::string& path,
     const std::string& where) {
-  if (dims != std::vector<std::string>{"cp"}) {
-    config_error(path, "[cp] (only cp is supported)", got, where);
+  // [dp, cp] balances vision over the whole data x context-parallel mesh
+  // (frameshard/mesh_plan.h); dp outermost, as the mesh ranks are ordered.
+  if (dims != std::vector<std::string>{"cp"} &&
+      dims != std::vector<std::string>{"dp", "cp"}) {
+    config_error(path, kMeshDimsExpectation, got, where);
   }
 }
 
@@ -452,7 +455,7 @@ std::vector<std::string> read_mesh_dims(
   std::vector<std::string> dims;
   for (std::size_t i = 0; i < n.size(); ++i) {
     if (!n[i].IsScalar()) {
-      config_error(path, "[cp] (only cp is supported)", render(n), s.at(n));
+      config_error(path, kMeshDimsExpectation, render(n), s.at(n));
     }
     dims.push_back(n[i].Scalar());
   }

@@ -91,6 +91,9 @@ std::string read_string(
     const std::string& path,
     const Source& s);
 
+/// What frame_sharding.mesh_dims may be.
+inline constexpr const char* kMeshDimsExpectation = "[cp] or [dp, cp]";
+
 void check_mesh_dims(
     const std::vector<std::string>& dims,
     const std::string& got,

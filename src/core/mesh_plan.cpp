@@ -5,8 +5,9 @@
 #include <frameshard/error.h>
 #include <frameshard/mesh_plan.h>
 
+#include "core/arrival_order.h"
+
 #include <algorithm>
-#include <numeric>
 #include <string>
 
 namespace frameshard {
@@ -259,17 +260,7 @@ OwnerRoute mesh_output_route(
       }
     }
   }
-  r.recv_order.resize(arrived.size());
-  std::iota(r.recv_order.begin(), r.recv_order.end(), 0);
-  std::sort(
-      r.recv_order.begin(), r.recv_order.end(), [&](int64_t a, int64_t b) {
-        return arrived[static_cast<size_t>(a)] <
-               arrived[static_cast<size_t>(b)];
-      });
-  r.tokens.reserve(arrived.size());
-  for (int64_t i : r.recv_order) {
-    r.tokens.push_back(arrived[static_cast<size_t>(i)]);
-  }
+  internal::set_arrival_order(arrived, r);
   return r;
 }
 

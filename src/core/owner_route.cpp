@@ -1,8 +1,9 @@
 // Owner-routed visual embeddings: owners and all-to-all routes
 // (frameshard/owner_route.h).
+#include <frameshard/error.h>
 #include <frameshard/owner_route.h>
 
-#include <frameshard/error.h>
+#include "core/arrival_order.h"
 
 #include <algorithm>
 #include <numeric>
@@ -156,6 +157,13 @@ OwnerRoute owner_route(
       }
     }
   }
+  internal::set_arrival_order(arrived, r);
+  return r;
+}
+
+namespace internal {
+
+void set_arrival_order(const std::vector<int64_t>& arrived, OwnerRoute& r) {
   r.recv_order.resize(arrived.size());
   std::iota(r.recv_order.begin(), r.recv_order.end(), 0);
   std::sort(
@@ -163,10 +171,13 @@ OwnerRoute owner_route(
         return arrived[static_cast<size_t>(a)] <
                arrived[static_cast<size_t>(b)];
       });
+  r.tokens.clear();
+  r.tokens.reserve(arrived.size());
   for (int64_t i : r.recv_order) {
     r.tokens.push_back(arrived[static_cast<size_t>(i)]);
   }
-  return r;
 }
+
+}  // namespace internal
 
 }  // namespace frameshard

@@ -23,6 +23,8 @@ using json_detail::line_error;
 using json_detail::LineRef;
 
 constexpr int64_t kMaxEntry = json_detail::kMaxManifestEntry;
+constexpr const char* kGridExpectation =
+    "a list of [t, h, w] rows ([] for a text-only sample)";
 
 bool small_non_negative(const nlohmann::json& v) {
   return json_detail::is_manifest_count(v);
@@ -50,12 +52,10 @@ std::string json_value_text(const nlohmann::json& v) {
 
 std::vector<GridThw> read_grid(
     const nlohmann::json& v, const MediaLayout& layout, const LineRef& at) {
-  if (!v.is_array() || v.empty()) {
-    line_error(
-        at,
-        "grid_thw",
-        "a non-empty list of [t, h, w] rows",
-        json_value_text(v));
+  // An empty list is a text-only sample: data parallelism must survive a
+  // replica whose batch holds no media (runtime/mesh_encode.h).
+  if (!v.is_array()) {
+    line_error(at, "grid_thw", kGridExpectation, json_value_text(v));
   }
   const int64_t m = layout.spatial_merge_size;
   const std::string row_rule =
@@ -129,7 +129,7 @@ ManifestSample read_sample(
     }
   }
   if (!doc.contains("grid_thw")) {
-    line_error(at, "grid_thw", "a non-empty list of [t, h, w] rows", "nothing");
+    line_error(at, "grid_thw", kGridExpectation, "nothing");
   }
   ManifestSample s;
   s.grid = read_grid(doc["grid_thw"], layout, at);

@@ -6,6 +6,7 @@
 #include <frameshard/owner_route.h>
 #include <frameshard/runtime/agree.h>
 #include <frameshard/runtime/encode.h>
+#include <frameshard/runtime/mesh_encode.h>
 #include <frameshard/train/cp_attention.h>
 
 #include "train/vision_stage.h"
@@ -28,6 +29,9 @@ struct Trainer::State {
   TrainConfig config;
   TrainGroups groups;
   bool sharded = true;
+  // The sharded arm with mesh_dims [dp, cp] and dp > 1: the vision of every
+  // replica balanced over the whole world (encode_mesh). dp 1 is [cp].
+  bool mesh = false;
   int64_t rank = 0;
   int64_t dp = 1;
   int64_t cp = 1;
@@ -138,6 +142,9 @@ Trainer::Trainer(
   s.rank = groups.world ? groups.world->getRank() : 0;
   s.dp = config.parallel.dp_size;
   s.cp = config.parallel.cp_size;
+  s.mesh = sharded && s.dp > 1 &&
+           config.parallel.frame_sharding.mesh_dims ==
+               std::vector<std::string>{"dp", "cp"};
   s.memory = MemoryStats(groups.device);
   std::exception_ptr error;
   try {
@@ -380,6 +387,50 @@ double global_loss(
   return l.item<double>() / static_cast<double>(dp);
 }
 
+// [0, width] outputs of every tower output: what a rank without visual
+// rows hands the decoder (it scatters nothing).
+std::vector<at::Tensor> no_visual_rows(
+    const models::QwenVisionModel& tower,
+    at::ScalarType dtype,
+    c10::Device device) {
+  std::vector<at::Tensor> out;
+  for (size_t k = 0; k < tower.config.output_names().size(); ++k) {
+    out.push_back(at::zeros(
+        {0, tower.config.out_hidden_size()},
+        at::TensorOptions().dtype(dtype).device(device)));
+  }
+  return out;
+}
+
+// The step's vision. mesh_dp > 0: encode_mesh over the world with the CP
+// path's plan options (the world becomes dp * cp) and this replica's owner
+// map; every rank joins, a text-only replica too (it encodes other
+// replicas' frames). Else encode over the CP group; a text-only batch is
+// the same on every rank of the group, so they all skip it alike. Empty:
+// no visual rows for this rank.
+std::vector<at::Tensor> encode_step(
+    detail::VisionStage& vision,
+    const LocalBatch& b,
+    const TrainGroups& g,
+    int64_t mesh_dp,
+    int64_t cp,
+    const EncodeOptions& eo) {
+  if (mesh_dp > 0) {
+    MeshEncodeOptions mo;
+    mo.dp = mesh_dp;
+    mo.cp = cp;
+    mo.plan = eo.plan;
+    mo.timeout = eo.timeout;
+    mo.token_owner = eo.token_owner;
+    return vision.forward_mesh(b.pixels, b.grid, g.world, mo);
+  }
+  if (b.layout.grid.empty()) {
+    vision.skip();
+    return {};
+  }
+  return vision.forward(b.pixels, b.grid, g.cp, eo);
+}
+
 }  // namespace
 
 StepMetrics Trainer::forward_backward(int64_t step) {
@@ -400,7 +451,10 @@ StepMetrics Trainer::forward_backward(int64_t step) {
     route_to_owners(b, s.cp, eo);
   }
   std::vector<at::Tensor> visual =
-      s.vision->forward(b.pixels, b.grid, s.groups.cp, eo);
+      encode_step(*s.vision, b, s.groups, s.mesh ? s.dp : 0, s.cp, eo);
+  if (visual.empty()) {
+    visual = no_visual_rows(s.tower, s.dtype, device);
+  }
   FRAMESHARD_CHECK(
       eo.token_owner.empty() || visual[0].size(0) == b.media_rows.size(0),
       "train",
@@ -422,6 +476,7 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   m.step = step;
   m.loss = global_loss(loss, s.groups.world, s.dp);
   m.vision_seconds = s.vision->tower_seconds();
+  m.vision_cpu_seconds = s.vision->tower_cpu_seconds();
   m.gather_seconds = s.vision->gather_seconds();
   m.vision_peak_bytes = vision_peak;
   m.tower_rows = s.vision->tower_rows();
@@ -440,57 +495,6 @@ StepMetrics Trainer::step(int64_t step) {
   m.step_seconds = detail::elapsed_seconds(start, state_->groups.device);
   m.peak_bytes = std::max(m.peak_bytes, state_->memory.peak_bytes());
   return m;
-}
-
-std::vector<StepMetrics> gather_step_metrics(
-    const StepMetrics& mine, const TrainGroups& groups) {
-  // One fixed-size record of doubles per rank; the plan path as 0/1.
-  const std::vector<double> rec = {
-      static_cast<double>(mine.step),
-      mine.loss,
-      mine.step_seconds,
-      mine.vision_seconds,
-      mine.gather_seconds,
-      mine.decoder_seconds,
-      static_cast<double>(mine.peak_bytes),
-      static_cast<double>(mine.vision_peak_bytes),
-      static_cast<double>(mine.tower_rows),
-      mine.plan_path == "sharded" ? 1.0 : 0.0,
-      static_cast<double>(mine.visual_bytes_received),
-      static_cast<double>(mine.allgather_bytes_received)};
-  at::Tensor local = at::tensor(rec, at::TensorOptions().dtype(at::kDouble));
-  const int64_t world = group_size(groups.world);
-  std::vector<at::Tensor> all;
-  if (world > 1) {
-    std::vector<std::vector<at::Tensor>> out(1);
-    for (int64_t q = 0; q < world; ++q) {
-      out[0].push_back(at::empty_like(local));
-    }
-    std::vector<at::Tensor> in{local};
-    groups.world->allgather(out, in)->wait();
-    all = out[0];
-  } else {
-    all.push_back(local);
-  }
-  std::vector<StepMetrics> result;
-  for (const auto& t : all) {
-    const double* v = t.data_ptr<double>();
-    StepMetrics m;
-    m.step = static_cast<int64_t>(v[0]);
-    m.loss = v[1];
-    m.step_seconds = v[2];
-    m.vision_seconds = v[3];
-    m.gather_seconds = v[4];
-    m.decoder_seconds = v[5];
-    m.peak_bytes = static_cast<int64_t>(v[6]);
-    m.vision_peak_bytes = static_cast<int64_t>(v[7]);
-    m.tower_rows = static_cast<int64_t>(v[8]);
-    m.plan_path = v[9] > 0.5 ? "sharded" : "replicated";
-    m.visual_bytes_received = static_cast<int64_t>(v[10]);
-    m.allgather_bytes_received = static_cast<int64_t>(v[11]);
-    result.push_back(m);
-  }
-  return result;
 }
 
 }  // namespace train

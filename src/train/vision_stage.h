@@ -12,10 +12,14 @@
 // which is one backward split at the tower's outputs. With checkpointing
 // the forward runs without saving activations and backward_tower runs the
 // tower again with grad first (activation checkpointing of the whole tower).
+// forward_mesh is the same over the whole dp x cp mesh (encode_mesh,
+// mesh_dims [dp, cp]); skip() is a step without vision (a text-only batch
+// on the CP path, where every rank of the CP group skips alike).
 // Defined in src/train/vision_stage.cpp.
 #pragma once
 
 #include <frameshard/runtime/encode.h>
+#include <frameshard/runtime/mesh_encode.h>
 #include <frameshard/train/memory_stats.h>
 
 #include <ATen/ATen.h>
@@ -38,6 +42,16 @@ class VisionStage {
       const at::Tensor& grid_thw,
       const ProcessGroupPtr& group,
       const EncodeOptions& options);
+  /// The same through encode_mesh over `mesh_group` (dp * cp ranks):
+  /// `pixel_values` and `grid_thw` are this rank's replica's. Returns
+  /// nothing for a text-only replica on the replicated path (no tower ran).
+  std::vector<at::Tensor> forward_mesh(
+      const at::Tensor& pixel_values,
+      const at::Tensor& grid_thw,
+      const ProcessGroupPtr& mesh_group,
+      const MeshEncodeOptions& options);
+  /// A step without vision: the timings and rows read 0.
+  void skip();
 
   /// Gradients of forward's outputs -> gradients of the tower's outputs
   /// (the gather's reduce-scatter on the sharded path). Collective.
@@ -47,6 +61,13 @@ class VisionStage {
 
   double tower_seconds() const {
     return tower_seconds_;
+  }
+  /// The tower's CPU time on this rank's thread (forward + backward):
+  /// with one torch thread per rank, what the tower costs on a core of its
+  /// own, however many ranks share the machine's cores (0 for CUDA work,
+  /// which the thread only launches).
+  double tower_cpu_seconds() const {
+    return tower_cpu_seconds_;
   }
   double gather_seconds() const {
     return gather_seconds_;
@@ -76,6 +97,11 @@ class VisionStage {
 
  private:
   std::vector<at::Tensor> run_tower(const TowerInput& input);
+  void begin_step();
+  std::vector<at::Tensor> keep_outputs(
+      std::vector<at::Tensor> outputs,
+      c10::Device device,
+      std::chrono::steady_clock::time_point start);
 
   VisionTower tower_;
   bool checkpointing_;
@@ -88,6 +114,7 @@ class VisionStage {
   std::vector<at::Tensor> encoded_leaf_;
   ShardPlan plan_;
   double tower_seconds_ = 0.0;
+  double tower_cpu_seconds_ = 0.0;
   double gather_seconds_ = 0.0;
   int64_t tower_peak_bytes_ = 0;
   int64_t peak_before_tower_ = 0;
@@ -100,6 +127,9 @@ class VisionStage {
 /// asynchronous; a CPU returns at once).
 double elapsed_seconds(
     std::chrono::steady_clock::time_point start, c10::Device device);
+
+/// CPU seconds the calling thread has run (CLOCK_THREAD_CPUTIME_ID).
+double thread_cpu_seconds();
 
 }  // namespace detail
 }  // namespace train

@@ -90,6 +90,27 @@ assert d <= 1e-5, (a["losses"], b["losses"])
 PYEOF
 fi
 
+# 4b. mesh_dims [dp, cp] (examples/recipes/mesh_dp2_cp1_multi.yaml): the
+#     sharded arm pools both replicas' frames over both ranks; the losses
+#     are the replicated arm's (here the CP-only job: CP 1), and the tower
+#     rows are the same in all, in other shares.
+MESH_RECIPE=$ROOT/examples/recipes/mesh_dp2_cp1_multi.yaml
+if run_cmd mesh_ab 0 "$BIN" ab "$MESH_RECIPE" --data.scale 12 --train.steps 3 \
+    --json --plot ""; then
+  "$PY" - "$TMP/mesh_ab.out" <<'PYEOF' || fail "mesh_ab: JSON checks failed"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["loss_max_abs_diff"] <= 1e-5, j["loss_max_abs_diff"]
+rep, sh = j["replicated"], j["sharded"]
+assert rep["plan_path"] == "replicated" and sh["plan_path"] == "sharded", j
+assert rep["cp"] == 1 and len(sh["vision_cpu_seconds_per_rank"][0]) == 2, sh
+r, s = rep["tower_rows_per_rank"], sh["tower_rows_per_rank"]
+assert sum(s) == sum(r) and r != s and max(s) <= max(r), (r, s)
+assert all(x > 0 for x in sh["vision_cpu_seconds"]), sh["vision_cpu_seconds"]
+assert sh["mean_replica_gap_seconds"] >= 0 and "vision_cpu_time_ratio" in j, j
+PYEOF
+fi
+
 # 5. Under torchrun --no-python: the same binary, one process per rank.
 TORCHRUN=$ROOT/.venv/bin/torchrun
 if [ -x "$TORCHRUN" ]; then
@@ -115,6 +136,8 @@ expect_err bad_recipe 'model.tower'
 printf '{"grid_thw": [[1, 27, 28]]}\n' >"$TMP/bad.jsonl"
 run_cmd bad_manifest 2 "$BIN" train --data.manifest "$TMP/bad.jsonl"
 expect_err bad_manifest 'bad.jsonl:1: grid_thw\[0\]'
+run_cmd bad_mesh 2 "$BIN" train --distributed.multimodal.vision.frame_sharding.mesh_dims '[cp, dp]'
+expect_err bad_mesh 'mesh_dims: expected \[cp\] or \[dp, cp\], got \[cp, dp\]'
 run_cmd missing_recipe 2 "$BIN" ab "$TMP/none.yaml"
 expect_err missing_recipe 'none.yaml'
 

@@ -39,5 +39,6 @@ assert not b["gloo_groups"], b'
 
 cd "$ROOT"
 "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --basetemp "$TMP/pytest" \
-  tests/python/test_package.py tests/python/test_costs.py tests/python/test_wrappers.py
+  tests/python/test_package.py tests/python/test_costs.py tests/python/test_wrappers.py \
+  tests/python/test_mesh.py
 "$VENV/bin/torchrun" --standalone --nproc-per-node 2 examples/python/hf_train_step.py

@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import os
+import sys
 import time
 import traceback
 
@@ -90,6 +91,8 @@ def main(scenarios, default=None):
             results[name] = {"ok": True, **scenarios[name](args.rank, args.world, group)}
         except Exception as e:  # reported, asserted on by the test
             results[name] = {"ok": False, "error": "%s: %s" % (type(e).__name__, e), "trace": traceback.format_exc()}
+            # In the log too: where the peers then hang in the barrier, the result file is lost.
+            print("rank %d: scenario %s raised:\n%s" % (args.rank, name, results[name]["trace"]), file=sys.stderr)
         results[name]["seconds"] = time.monotonic() - start
         results[name]["cpu_seconds"] = time.process_time() - cpu
         dist.barrier()

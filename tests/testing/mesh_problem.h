@@ -107,18 +107,7 @@ inline std::vector<at::Tensor> frame_context_tower(
   if (!context.empty()) {
     h = h + 0.5 * at::cat(context, 0);
   }
-  const at::Tensor merged = h.reshape({rows / (kTestMerge * kTestMerge),
-                                       kTestMerge * kTestMerge,
-                                       kTestHidden1})
-                                .mean(1);
-  std::vector<at::Tensor> outs{merged};
-  if (outputs >= 2) {
-    outs.push_back(at::matmul(merged, p.w2));
-  }
-  if (outputs >= 3) {
-    outs.push_back(at::tanh(at::matmul(merged, p.w3)));
-  }
-  return outs;
+  return test_tower_heads(p, h, outputs);
 }
 
 struct MeshProblem {

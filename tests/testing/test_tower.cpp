@@ -59,6 +59,12 @@ std::vector<at::Tensor> test_tower(
       at::tensor(pos, at::kDouble).to(dtype).reshape({rows, 1});
   at::Tensor h =
       at::tanh(at::matmul(in.pixel_values, p.w1) + p.b1 + pos_col * p.pos);
+  return test_tower_heads(p, h, outputs);
+}
+
+std::vector<at::Tensor> test_tower_heads(
+    const TestTowerParams& p, const at::Tensor& h, int outputs) {
+  const int64_t rows = h.size(0);
   at::Tensor merged = h.reshape({rows / (kTestMerge * kTestMerge),
                                  kTestMerge * kTestMerge,
                                  kTestHidden1})

@@ -57,6 +57,12 @@ TestTowerParams leaf_copy(const TestTowerParams& p, bool requires_grad);
 std::vector<at::Tensor> test_tower(
     const TestTowerParams& p, const TowerInput& in, int outputs);
 
+/// The tower's merger and extra outputs on its per-row hidden states h
+/// [rows, kTestHidden1] (rows a multiple of merge^2): what towers built on
+/// the test tower (tests/testing/mesh_problem.h) share.
+std::vector<at::Tensor> test_tower_heads(
+    const TestTowerParams& p, const at::Tensor& h, int outputs);
+
 /// Fresh trainable parameters per call, named w1 b1 pos w2 w3.
 parity::TowerFactory test_tower_factory(int outputs);
 

@@ -246,12 +246,12 @@ TEST(Manifest, ErrorsNameTheLineTheFieldTheExpectationAndTheValue) {
        "s.jsonl:1: grid_thw[0]: expected [t, h, w]"},
       {"{\"grid_thw\": [[1, 4, 4194304]]}\n",
        "s.jsonl:1: grid_thw[0]: expected [t, h, w]"},
-      {"{\"grid_thw\": []}\n",
-       "s.jsonl:1: grid_thw: expected a non-empty list of [t, h, w] rows, got "
-       "[]"},
+      {"{\"grid_thw\": {}}\n",
+       "s.jsonl:1: grid_thw: expected a list of [t, h, w] rows ([] for a "
+       "text-only sample), got {}"},
       {"{\"text_tokens\": 3}\n",
-       "s.jsonl:1: grid_thw: expected a non-empty list of [t, h, w] rows, got "
-       "nothing"},
+       "s.jsonl:1: grid_thw: expected a list of [t, h, w] rows ([] for a "
+       "text-only sample), got nothing"},
       {ok + "[1, 2]\n",
        "s.jsonl:2: expected a JSON object per line ({\"grid_thw\": [[t, h, "
        "w], ...], \"text_tokens\": n}), got [1,2]"},
@@ -362,6 +362,24 @@ TEST(ManifestBatch, MergesAdjacentTextRunsAndFollowsTheLayoutRules) {
       manifest_batch({{{{1, 4, 4}}, {}}}, d, kLayout, 256, 1, 0, 0);
   EXPECT_EQ(c.text_tokens, 6);
   EXPECT_EQ(c.media_offsets, (std::vector<int64_t>{3}));
+}
+
+TEST(ManifestBatch, ATextOnlySampleMakesABatchWithoutMedia) {
+  // "grid_thw": [] is a text-only sample; a DP replica may draw only such
+  // samples in a step (the mesh path keeps it in every collective).
+  const auto samples =
+      parse_manifest("{\"grid_thw\": [], \"text_tokens\": 9}\n", kLayout);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_TRUE(samples[0].grid.empty());
+  EXPECT_EQ(samples[0].text_runs, (std::vector<int64_t>{9}));
+  DataConfig d;
+  d.scale = 2;
+  d.samples_per_step = 1;
+  const BatchLayout b = manifest_batch(samples, d, kLayout, 256, 4, 0, 0);
+  EXPECT_TRUE(b.grid.empty());
+  EXPECT_EQ(b.media_tokens, 0);
+  EXPECT_EQ(b.text_tokens, 9);
+  expect_layout_rules(b, 4, 256);
 }
 
 TEST(ManifestBatch, AppliesTheScaleToTheManifestGrids) {

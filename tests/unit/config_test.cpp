@@ -169,12 +169,10 @@ TEST(Config, RejectsBadFieldValues) {
        "\"cp\"",
        "expected a list of mesh-dimension names",
        "got \"cp\""},
-      {"mesh_dims",
-       "[cp, tp]",
-       "expected [cp] (only cp is supported)",
-       "got [cp, tp]"},
-      {"mesh_dims", "[tp]", "expected [cp] (only cp is supported)", "got [tp]"},
-      {"mesh_dims", "[]", "expected [cp] (only cp is supported)", "got []"},
+      {"mesh_dims", "[cp, tp]", "expected [cp] or [dp, cp]", "got [cp, tp]"},
+      {"mesh_dims", "[tp]", "expected [cp] or [dp, cp]", "got [tp]"},
+      {"mesh_dims", "[]", "expected [cp] or [dp, cp]", "got []"},
+      {"mesh_dims", "[cp, dp]", "expected [cp] or [dp, cp]", "got [cp, dp]"},
       {"cost_alpha",
        "AUTO",
        "expected a non-negative integer, auto",
@@ -424,6 +422,8 @@ TEST(Config, OverridesUseDottedKeys) {
   EXPECT_FALSE(c.frame_sharding.enabled);
   apply_override(c, kFs + ".min_tokens", "0");
   EXPECT_EQ(c.frame_sharding.min_tokens, 0);
+  apply_override(c, kFs + ".mesh_dims", "[dp, cp]");
+  EXPECT_EQ(c.frame_sharding.mesh_dims, (std::vector<std::string>{"dp", "cp"}));
   apply_override(c, kFs + ".mesh_dims", "[cp]");
   apply_override(c, kFs + ".cost_alpha", "6608");
   EXPECT_EQ(c.frame_sharding.cost_alpha, "6608");
@@ -529,7 +529,7 @@ TEST(Config, ValidateChecksValuesSetFromCode) {
       msg_for([](Config& c) {
         c.frame_sharding.mesh_dims = {"cp", "tp"};
       }),
-      kFs + ".mesh_dims: expected [cp] (only cp is supported), got [cp, tp]");
+      kFs + ".mesh_dims: expected [cp] or [dp, cp], got [cp, tp]");
   expect_contains(
       msg_for([](Config& c) { c.frame_sharding.partitioner = "x"; }),
       kFs + ".partitioner: expected one of");

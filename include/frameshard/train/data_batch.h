@@ -19,9 +19,11 @@
 //     (media + 1 entries):
 //       {"grid_thw": [[1, 28, 28]], "text_tokens": [8, 32]}
 //     or no text_tokens: data.text_tokens before each medium and at the
-//     end. Keys other than grid_thw and text_tokens are rejected. Step s of
-//     DP rank r packs data.samples_per_step consecutive samples starting at
-//     sample (s * dp_size + r) * samples_per_step (cycling), so DP ranks
+//     end. "grid_thw": [] is a text-only sample (a replica may draw a
+//     step without media). Keys other than grid_thw and text_tokens are
+//     rejected. Step s of DP rank r packs data.samples_per_step consecutive
+//     samples starting at sample (s * dp_size + r) * samples_per_step
+//     (cycling), so DP ranks
 //     train on different samples; data.scale applies to their grids too
 //     (scale 1 replays them as given). Errors name the file, line, field,
 //     expected and actual value:

@@ -7,7 +7,14 @@
 //   2. encodes the media with frameshard::encode: the sharded arm runs the
 //      tower on this rank's frames and gathers the outputs; the replicated
 //      arm (sharding off) runs it on every frame on every CP rank, as the
-//      baseline of the seeds does;
+//      baseline of the seeds does. With frame_sharding.mesh_dims [dp, cp]
+//      and dp_size > 1 the sharded arm calls frameshard::encode_mesh over
+//      the world group instead: the frames of every replica's batch are
+//      balanced over all dp * cp ranks and each rank gets its own
+//      replica's rows back (frameshard/runtime/mesh_encode.h); a replica
+//      whose batch is text-only still joins every collective. A text-only
+//      batch on the CP path skips the tower on every rank of its group;
+//
 //   3. places the visual embeddings at the media positions of this rank's
 //      two load-balanced chunks (with frame_sharding.gather: owner, encode
 //      sends this rank only those rows, frameshard/owner_route.h; with
@@ -22,7 +29,10 @@
 //      model.vision_checkpointing), which equals one backward because each
 //      phase hands the next the gradient of its inputs;
 //   5. all-reduces the gradients over DP x CP (sum, divided by dp) and
-//      steps AdamW.
+//      steps AdamW. Over the whole world on purpose: on the mesh path a
+//      rank's tower gradients hold other replicas' frames, and only the
+//      whole-mesh sum gives (1/dp) sum over replicas and CP ranks of
+//      dL/dtheta, the standard run's gradient (mesh_encode.h).
 // Both arms compute the same function with the same seed and data, so their
 // losses and gradients agree to rounding.
 //
@@ -69,6 +79,9 @@ struct StepMetrics {
   double loss = 0.0;                  // the global loss (same on every rank)
   double step_seconds = 0.0;          // whole step, data to optimizer
   double vision_seconds = 0.0;        // tower forward + backward (+ recompute)
+  double vision_cpu_seconds = 0.0;    // the same in this rank thread's CPU
+                                      // time (CPU ranks: cores shared by
+                                      // several ranks do not inflate it)
   double gather_seconds = 0.0;        // encode's plan, consensus and gather,
                                       // and the gather's backward
   double decoder_seconds = 0.0;       // decoder forward + backward

@@ -1,0 +1,63 @@
+// Every rank's metrics of one step, gathered over the world (trainer.h).
+#include <frameshard/train/trainer.h>
+
+#include <vector>
+
+namespace frameshard {
+namespace train {
+
+std::vector<StepMetrics> gather_step_metrics(
+    const StepMetrics& mine, const TrainGroups& groups) {
+  // One fixed-size record of doubles per rank; the plan path as 0/1.
+  const std::vector<double> rec = {
+      static_cast<double>(mine.step),
+      mine.loss,
+      mine.step_seconds,
+      mine.vision_seconds,
+      mine.gather_seconds,
+      mine.decoder_seconds,
+      static_cast<double>(mine.peak_bytes),
+      static_cast<double>(mine.vision_peak_bytes),
+      static_cast<double>(mine.tower_rows),
+      mine.plan_path == "sharded" ? 1.0 : 0.0,
+      static_cast<double>(mine.visual_bytes_received),
+      static_cast<double>(mine.allgather_bytes_received),
+      mine.vision_cpu_seconds};
+  at::Tensor local = at::tensor(rec, at::TensorOptions().dtype(at::kDouble));
+  const int64_t world = groups.world ? groups.world->getSize() : 1;
+  std::vector<at::Tensor> all;
+  if (world > 1) {
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int64_t q = 0; q < world; ++q) {
+      out[0].push_back(at::empty_like(local));
+    }
+    std::vector<at::Tensor> in{local};
+    groups.world->allgather(out, in)->wait();
+    all = out[0];
+  } else {
+    all.push_back(local);
+  }
+  std::vector<StepMetrics> result;
+  for (const auto& t : all) {
+    const double* v = t.data_ptr<double>();
+    StepMetrics m;
+    m.step = static_cast<int64_t>(v[0]);
+    m.loss = v[1];
+    m.step_seconds = v[2];
+    m.vision_seconds = v[3];
+    m.gather_seconds = v[4];
+    m.decoder_seconds = v[5];
+    m.peak_bytes = static_cast<int64_t>(v[6]);
+    m.vision_peak_bytes = static_cast<int64_t>(v[7]);
+    m.tower_rows = static_cast<int64_t>(v[8]);
+    m.plan_path = v[9] > 0.5 ? "sharded" : "replicated";
+    m.visual_bytes_received = static_cast<int64_t>(v[10]);
+    m.allgather_bytes_received = static_cast<int64_t>(v[11]);
+    m.vision_cpu_seconds = v[12];
+    result.push_back(m);
+  }
+  return result;
+}
+
+}  // namespace train
+}  // namespace frameshard
