@@ -7,13 +7,42 @@
 # and the PyPI build requirements of pyproject.toml are there -- checks that the module links
 # the PyPI yaml-cpp, runs the Python test files with the venv's pytest, then the README's
 # two-process training-step example under torchrun.
-# Usage: bash tests/python/package_test.sh <repo root>
+# Usage: bash tests/python/package_test.sh <repo root> [install | pytest FILE... | example]
+#   no step: all of them in turn. ctest runs `install` as the fixture of the
+#   others (python.install), then the test files and the example as tests of
+#   their own, so they run in parallel with each other and the cli tests.
 set -euo pipefail
-ROOT=${1:?usage: package_test.sh <repo root>}
+ROOT=${1:?usage: package_test.sh <repo root> [install | pytest FILE... | example]}
 ROOT=$(cd "$ROOT" && pwd)
+step=${2:-all}
+shift $(($# < 2 ? $# : 2))
 VENV=${FRAMESHARD_VENV:-$ROOT/.venv}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+
+run_pytest() {
+  cd "$ROOT"
+  "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --basetemp "$TMP/pytest" "$@"
+}
+run_example() {
+  cd "$ROOT"
+  "$VENV/bin/torchrun" --standalone --nproc-per-node 2 examples/python/hf_train_step.py
+}
+case "$step" in
+pytest)
+  run_pytest "$@"
+  exit 0
+  ;;
+example)
+  run_example
+  exit 0
+  ;;
+install | all) ;;
+*)
+  echo "package_test: expected a step install, pytest or example, got '$step'" >&2
+  exit 2
+  ;;
+esac
 
 bash "$ROOT/scripts/setup-modern.sh"
 # A fresh configure: a cache from a build that saw Debian's packages would keep their paths.
@@ -36,9 +65,8 @@ case "$yaml" in
 esac
 "$VENV/bin/python" -c 'import frameshard; b = frameshard.build_info(); print(b["text"], end="")
 assert not b["gloo_groups"], b'
+[ "$step" = all ] || exit 0
 
-cd "$ROOT"
-"$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --basetemp "$TMP/pytest" \
-  tests/python/test_package.py tests/python/test_costs.py tests/python/test_wrappers.py \
+run_pytest tests/python/test_package.py tests/python/test_costs.py tests/python/test_wrappers.py \
   tests/python/test_mesh.py
-"$VENV/bin/torchrun" --standalone --nproc-per-node 2 examples/python/hf_train_step.py
+run_example

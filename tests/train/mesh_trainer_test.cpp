@@ -21,6 +21,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace frameshard {
@@ -79,20 +80,12 @@ MeshArm run_mesh_arm(const train::TrainConfig& c, bool sharded) {
         train::TrainGroups g{pg, cpg, c10::Device(c10::kCPU)};
         train::Trainer t(c, g, sharded);
         const auto r = static_cast<size_t>(rank);
-        const train::StepMetrics m0 = t.forward_backward(0);
-        res.tower_rows[r] = m0.tower_rows;
-        res.paths[r] = m0.plan_path;
+        testing::RankRun run = testing::run_steps(t, c.train.steps);
+        res.tower_rows[r] = run.first.tower_rows;
+        res.paths[r] = run.first.plan_path;
         if (rank == 0) {
-          for (const auto& p : t.named_parameters()) {
-            res.grads[p.first] = p.second.grad().clone();
-          }
-          res.losses.push_back(m0.loss);
-        }
-        for (int64_t s = 1; s < c.train.steps; ++s) {
-          const train::StepMetrics m = t.step(s);
-          if (rank == 0) {
-            res.losses.push_back(m.loss);
-          }
+          res.grads = std::move(run.grads);
+          res.losses = std::move(run.losses);
         }
         for (const auto& p : t.named_parameters()) {
           res.params[r][p.first] = p.second.detach().clone();

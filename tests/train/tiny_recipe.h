@@ -1,12 +1,16 @@
 // File: tests/train/tiny_recipe.h
 //
-// The recipe of the trainer tests (trainer_test.cpp, mesh_trainer_test.cpp).
+// The recipe of the trainer tests (trainer_test.cpp, mesh_trainer_test.cpp)
+// and how they run it on one rank (run_steps).
 #pragma once
 
 #include <frameshard/train/train_config.h>
+#include <frameshard/train/trainer.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace frameshard {
 namespace testing {
@@ -39,6 +43,27 @@ inline train::TrainConfig tiny_train_config(
   c.train.lr = 1e-2;
   c.train.timeout_ms = 20000;
   return c;
+}
+
+// One rank's run of the trainer tests: forward_backward(0) (its gradients
+// read before any optimizer step), then step(1) .. step(steps - 1).
+struct RankRun {
+  train::StepMetrics first;                 // step 0's metrics
+  std::vector<double> losses;               // every step's global loss
+  std::map<std::string, at::Tensor> grads;  // after step 0's backward
+};
+
+inline RankRun run_steps(train::Trainer& t, int64_t steps) {
+  RankRun r;
+  r.first = t.forward_backward(0);
+  r.losses.push_back(r.first.loss);
+  for (const auto& p : t.named_parameters()) {
+    r.grads[p.first] = p.second.grad().clone();
+  }
+  for (int64_t s = 1; s < steps; ++s) {
+    r.losses.push_back(t.step(s).loss);
+  }
+  return r;
 }
 
 }  // namespace testing

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace frameshard {
@@ -41,20 +42,12 @@ ArmResult run_arm(const train::TrainConfig& c, bool sharded, int world) {
       [&](int rank, ProcessGroupPtr pg) {
         train::TrainGroups g{pg, pg, c10::Device(c10::kCPU)};
         train::Trainer t(c, g, sharded);
-        const train::StepMetrics m0 = t.forward_backward(0);
-        res.tower_rows[static_cast<size_t>(rank)] = m0.tower_rows;
+        testing::RankRun run = testing::run_steps(t, c.train.steps);
+        res.tower_rows[static_cast<size_t>(rank)] = run.first.tower_rows;
         if (rank == 0) {
-          res.plan_path = m0.plan_path;
-          for (const auto& p : t.named_parameters()) {
-            res.grads[p.first] = p.second.grad().clone();
-          }
-          res.losses.push_back(m0.loss);
-        }
-        for (int64_t s = 1; s < c.train.steps; ++s) {
-          const train::StepMetrics m = t.step(s);
-          if (rank == 0) {
-            res.losses.push_back(m.loss);
-          }
+          res.plan_path = run.first.plan_path;
+          res.grads = std::move(run.grads);
+          res.losses = std::move(run.losses);
         }
       },
       o);
