@@ -199,7 +199,7 @@ def world_results(request):
 def _scenario(world_results, name):
     world, results = world_results
     if name not in results[0]:
-        pytest.skip("%s is not run at world %d (train_worker.AT_WORLDS, FRAMESHARD_TEST_SCENARIOS)" % (name, world))
+        pytest.skip("%s is not run at world %d (train_worker.AT_WORLDS and UNEVEN_WORLD_FAMILIES, FRAMESHARD_TEST_SCENARIOS)" % (name, world))
     return scenario(world_results, name)
 
 
