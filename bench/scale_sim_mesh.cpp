@@ -44,11 +44,21 @@ struct Bottleneck {
   double compute = 0.0;  // slowest rank's tower time alone
   double sum = 0.0;      // tower time summed over every rank
   double cost = 0.0;     // the cost model's slowest rank
-};
 
-double transfer_seconds(int64_t bytes, double gbps) {
-  return static_cast<double>(bytes) / (gbps * 1e9);
-}
+  // One rank that took `tower` seconds and receives `bytes_in` over a link
+  // of `gbps`.
+  void add_rank(double tower, int64_t bytes_in, double gbps) {
+    seconds =
+        std::max(seconds, tower + static_cast<double>(bytes_in) / (gbps * 1e9));
+    compute = std::max(compute, tower);
+    sum += tower;
+  }
+  void add_costs(const std::vector<double>& rank_costs) {
+    for (double c : rank_costs) {
+      cost = std::max(cost, c);
+    }
+  }
+};
 
 int64_t row_bytes(const models::QwenVisionModel& m) {
   return 4 * m.config.out_hidden_size() *
@@ -72,15 +82,9 @@ Bottleneck cp_only(
     for (size_t r = 0; r < t.size(); ++r) {
       const int64_t in =
           plan.sharded() ? plan.frames.total_tokens - plan.gather_counts[r] : 0;
-      b.seconds = std::max(
-          b.seconds,
-          t[r] + transfer_seconds(in * row_bytes(m), a.bandwidth_gbps));
-      b.compute = std::max(b.compute, t[r]);
-      b.sum += t[r];
+      b.add_rank(t[r], in * row_bytes(m), a.bandwidth_gbps);
     }
-    for (double c : plan.partition.rank_costs) {
-      b.cost = std::max(b.cost, c);
-    }
+    b.add_costs(plan.partition.rank_costs);
   }
   return b;
 }
@@ -119,15 +123,9 @@ Bottleneck mesh(
            (static_cast<int64_t>(out.tokens.size()) - out.recv_counts[r]) *
                row_bytes(m);
     }
-    const auto i = static_cast<size_t>(r);
-    b.seconds =
-        std::max(b.seconds, t[i] + transfer_seconds(in, a.bandwidth_gbps));
-    b.compute = std::max(b.compute, t[i]);
-    b.sum += t[i];
+    b.add_rank(t[static_cast<size_t>(r)], in, a.bandwidth_gbps);
   }
-  for (double c : mp.plan.partition.rank_costs) {
-    b.cost = std::max(b.cost, c);
-  }
+  b.add_costs(mp.plan.partition.rank_costs);
   return b;
 }
 

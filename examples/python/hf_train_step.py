@@ -10,6 +10,11 @@ loop needs: each rank then encodes only its share of the frames and the embeddin
 back (differentiably) before they enter the language model. As in context parallelism, each rank
 takes the loss on its own part of the sequence and the gradients are summed over the group.
 The script also runs the same step without sharding and exits non-zero if the gradients differ.
+
+Then a few steps of a real context-parallel training loop (`cp_training_loop`): the language model
+under `frameshard.hf.context_parallel` (each rank runs its load-balanced chunks of the sequence,
+attention over all-gathered K/V), the vision tower frame-sharded by `hf.enable`, AdamW; checked
+against the same loop on one unsharded model, every step's loss.
 """
 
 import copy
@@ -71,6 +76,48 @@ def train_step(model, inputs, rank, world):
     return loss
 
 
+def cp_training_loop(rank, world, steps=3):
+    """`steps` AdamW steps with CP on the language model and frame-sharded vision, next to the
+    same steps on an unsharded copy; returns the largest loss difference."""
+    model = tiny_qwen2_vl()
+    reference = copy.deepcopy(model)
+    inputs = batch([[1, 8, 8], [1, 4, 8], [2, 4, 4]])
+    labels = inputs["input_ids"].masked_fill(inputs["input_ids"] == 3, -100)  # no loss on image tokens
+    config = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0)
+    frameshard.hf.enable(model, dist.group.WORLD, config)
+    cp = frameshard.hf.context_parallel(model, dist.group.WORLD)  # split="load_balanced"
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ref_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-3)
+    worst = 0.0
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss = cp(**inputs, labels=labels).loss  # this rank's share: the ranks' sum is the mean
+        loss.backward()
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)  # SUM over the CP group
+        optimizer.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        ref_optimizer.zero_grad()
+        logits = reference(**inputs).logits[0, :-1]
+        ref_loss = torch.nn.functional.cross_entropy(logits, labels[0, 1:], ignore_index=-100)
+        ref_loss.backward()
+        ref_optimizer.step()
+        worst = max(worst, abs(float(total) - float(ref_loss.detach())))
+        seq = inputs["input_ids"].shape[1]
+        mine = cp.positions(seq).tolist()  # chunks rank and 2*world-1-rank (end padding >= seq)
+        if rank == 0:
+            print(
+                "CP step %d: loss %.6f (unsharded %.6f); rank 0 runs positions %d-%d and %d-%d of %d"
+                % (step, float(total), float(ref_loss.detach()), mine[0], mine[len(mine) // 2 - 1],
+                   mine[len(mine) // 2], mine[-1], seq),
+                flush=True,
+            )
+    cp.remove()
+    return worst
+
+
 def main() -> None:
     dist.init_process_group("gloo")  # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR/PORT
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -99,10 +146,13 @@ def main() -> None:
         flush=True,
     )
     frameshard.hf.disable(model)
+    loss_diff = cp_training_loop(rank, world)
     dist.destroy_process_group()
     # Only the summation order differs: float32 rounding.
     if diff > 1e-4:
         raise SystemExit("rank %d: sharded gradients differ from the unsharded step by %.2e" % (rank, diff))
+    if loss_diff > 1e-4:
+        raise SystemExit("rank %d: the CP loop's losses differ from the unsharded loop's by %.2e" % (rank, loss_diff))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
     python -m frameshard --version
     python -m frameshard calibrate --model-dir DIR --out cal.txt [--device cuda] [--dtype bfloat16]
     python -m frameshard calibrate --family qwen3_vl --width 256 --depth 4 --out cal.txt
+    python -m frameshard ab --family qwen2_5_vl --cp 2 --steps 6 [--json] [--config R.yaml] [--a.b V]
+    python -m frameshard train --family qwen3_vl --cp 2 [--distributed.multimodal.vision.frame_sharding.enabled false]
 
 Exit codes: 0 success, 2 an error (one "error: " line), as the C++ `frameshard` tool.
 """
@@ -67,19 +69,49 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     c.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     c.set_defaults(run=_calibrate)
+    for name, what in (("train", "train a tiny transformers Qwen-VL with CP (one arm)"),
+                       ("ab", "train it twice, vision replicated and frame-sharded, and compare")):
+        t = sub.add_parser(name, help=what)
+        t.add_argument("--config", help="a recipe YAML (the C++ commands' keys); --a.b VALUE overrides a key")
+        t.add_argument("--family", default=None, help="model.family: qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5")
+        t.add_argument("--cp", type=int, default=None, help="distributed.cp_size: local Gloo rank processes")
+        t.add_argument("--steps", type=int, default=None, help="train.steps")
+        t.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+        t.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
+        t.set_defaults(run=_train)
     return p
 
 
+def _train(args: argparse.Namespace) -> int:
+    from . import hf_ab  # noqa: PLC0415  (imports transformers)
+
+    return hf_ab.main(args, args.overrides)
+
+
+def _overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
+    """`--a.b VALUE` pairs (the recipe's dotted overrides) from the arguments argparse left."""
+    pairs, rest = [], list(extra)
+    while rest:
+        key = rest.pop(0)
+        if not key.startswith("--") or "." not in key or not rest:
+            raise FrameshardError("frameshard: expected --section.key VALUE overrides, got %r" % key)
+        pairs.append((key[2:], rest.pop(0)))
+    return pairs
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parser().parse_args(argv)
+    args, extra = parser().parse_known_args(argv)
+    if extra and getattr(args, "command", None) not in ("train", "ab"):
+        parser().error("unrecognized arguments: %s" % " ".join(extra))
     if args.version:
         print(frameshard.build_info()["text"], end="")
         return 0
     if not getattr(args, "command", None):
         parser().print_usage(sys.stderr)
-        print("error: expected a command (calibrate) or --version, got none", file=sys.stderr)
+        print("error: expected a command (calibrate, train, ab) or --version, got none", file=sys.stderr)
         return 2
     try:
+        args.overrides = _overrides(extra)
         return int(args.run(args))
     except (FrameshardError, OSError) as e:
         print("error: %s" % e, file=sys.stderr)

@@ -123,9 +123,12 @@ def calibrate(
         )
     if isinstance(tower, torch.nn.Module) and features is None:
         features, merge, visual = _module_geometry(tower)
+        from .hf import family_of, tower_grid  # noqa: PLC0415
+
+        family = family_of(visual)
 
         def run(pv: torch.Tensor, grid: torch.Tensor, _cu: torch.Tensor) -> list[torch.Tensor]:
-            o = visual(pv, grid_thw=grid)
+            o = visual(pv, grid_thw=tower_grid(family, grid))  # GLM-4V: one row per frame
             outs = [o.pooler_output] + list(getattr(o, "deepstack_features", None) or [])
             return [torch.cat(list(x)) if isinstance(x, (list, tuple)) else x for x in outs]
 

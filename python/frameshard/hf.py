@@ -13,13 +13,18 @@ sharded path; on the replicated path (policy below its thresholds) the original 
 returned unchanged. `disable` deletes the instance attribute, restoring the class's forward.
 
 Supported vision modules (transformers 5.24.0 checked; see docs/python.md): Qwen2-VL,
-Qwen2.5-VL, Qwen3-VL (DeepStack), Qwen3.5, and the Qwen3-VL-MoE / Qwen3.5-MoE vision modules (the
-same module code), recognised by their class hierarchy, so a subclass or FSDP2's generated
-`FSDP<Class>` counts. The model may be held however a trainer holds it: `enable`, `disable` and
-`is_enabled` see through torch.compile (`_orig_mod`), DistributedDataParallel and FSDP1
-(`.module`), checkpoint_wrapper (`_checkpoint_wrapped_module`) and PEFT (`get_base_model()`), at
-the top or at `.visual` / `.model.visual`, however nested; FSDP2's `fully_shard` may come before
-or after `enable`. Anything else raises FrameshardError naming what was found and what to pass.
+Qwen2.5-VL, Qwen3-VL (DeepStack), Qwen3.5, the Qwen3-VL-MoE / Qwen3.5-MoE vision modules (the
+same module code) and GLM-4.1V / GLM-4.5V (Glm4vVisionModel, Glm4vMoeVisionModel: per-frame
+attention, position embedding, downsample and merger inside the module; given one (1, h, w) grid
+row per frame, see `tower_grid`), recognised by their class hierarchy, so a subclass or FSDP2's
+generated `FSDP<Class>` counts. Nemotron Omni (NemotronH_Omni_Reasoning_V3) and PaddleOCR-VL
+(PaddleOCRVLModel) merge outside their vision module: they are sharded per image at
+get_image_features instead, encoder to projector (frameshard.hf_families). The model may be
+held however a trainer holds it: `enable`, `disable` and `is_enabled` see through torch.compile
+(`_orig_mod`), DistributedDataParallel and FSDP1 (`.module`), checkpoint_wrapper
+(`_checkpoint_wrapped_module`) and PEFT (`get_base_model()`), at the top or at `.visual` /
+`.model.visual`, however nested; FSDP2's `fully_shard` may come before or after `enable`.
+Anything else raises FrameshardError naming what was found and what to pass.
 
 Training (tests/python/test_wrappers.py): outputs and summed gradients equal the replicated
 model's with HF gradient checkpointing, torch.utils.checkpoint around the vision module
@@ -50,7 +55,7 @@ import dataclasses
 import functools
 import sys
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import torch
 import torch.distributed as dist
@@ -68,7 +73,15 @@ SUPPORTED_VISION_MODULES = {
     "Qwen3VLMoeVisionModel": "qwen3_vl_moe",
     "Qwen3_5VisionModel": "qwen3_5",
     "Qwen3_5MoeVisionModel": "qwen3_5_moe",
+    "Glm4vVisionModel": "glm4v",
+    "Glm4vMoeVisionModel": "glm4v_moe",
 }
+
+# Families whose vision module takes one frame per grid row: GLM-4V's position embedding
+# (Glm4vVisionEmbeddings) looks each frame's (h, w) up by frame index in grid_thw, so a
+# (t > 1, h, w) row raises IndexError (transformers 5.24; its get_video_features passes one
+# (1, h, w) row per frame). frameshard's local grid has such a row: the floor frames.
+_ONE_ROW_PER_FRAME = ("glm4v", "glm4v_moe")
 
 _STATE = "_frameshard_state"
 
@@ -132,6 +145,15 @@ def family_of(module: Any) -> Optional[str]:
     return None
 
 
+def tower_grid(family: Optional[str], grid: torch.Tensor) -> torch.Tensor:
+    """`grid` ([n, 3] t, h, w) as the vision module of `family` takes it: unchanged, or for GLM-4V
+    one (1, h, w) row per frame (the same frames, the same per-frame encoding)."""
+    if family not in _ONE_ROW_PER_FRAME or not bool((grid[:, 0] > 1).any()):
+        return grid
+    hw = grid[:, 1:].repeat_interleave(grid[:, 0], dim=0)
+    return torch.cat([torch.ones_like(hw[:, :1]), hw], dim=1)
+
+
 def _describe(module: Any) -> str:
     """ "DistributedDataParallel wrapping Qwen2VLForConditionalGeneration" and the like."""
     names = [type(module).__name__]
@@ -139,6 +161,14 @@ def _describe(module: Any) -> str:
     if inner is not module:
         names.append(type(inner).__name__)
     return " wrapping ".join(names)
+
+
+def _features_model(model: Any) -> Any:
+    """(model, family) when `model` is a Nemotron Omni or PaddleOCR-VL model, whose
+    get_image_features frameshard.hf_families shards, else None."""
+    from . import hf_families  # noqa: PLC0415  (it imports this module)
+
+    return hf_families.features_model(model)
 
 
 def find_vision_module(model: Any, *, fn: str = "find_vision_module") -> torch.nn.Module:
@@ -154,14 +184,17 @@ def find_vision_module(model: Any, *, fn: str = "find_vision_module") -> torch.n
         if c is not None and family_of(unwrap_module(c)) is not None:
             return unwrap_module(c)
     found = [_describe(c) for c in candidates[1:] if c is not None]
+    from .hf_families import FAMILIES  # noqa: PLC0415
+
     raise FrameshardError(
-        "frameshard.hf.%s: expected a transformers Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE) or "
-        "Qwen3.5(-MoE) model or its vision module (a subclass of %s; torch.compile, DDP, FSDP, "
-        "checkpoint_wrapper and PEFT wrappers are seen through), got %s%s; pass the model or its "
-        "vision module (for another wrapper, the model it wraps)"
+        "frameshard.hf.%s: expected a transformers Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), "
+        "Qwen3.5(-MoE) or GLM-4V(-MoE) model or its vision module, or a Nemotron Omni or "
+        "PaddleOCR-VL model (a subclass of %s; torch.compile, DDP, FSDP, checkpoint_wrapper and "
+        "PEFT wrappers are seen through), got %s%s; pass the model or its vision module (for "
+        "another wrapper, the model it wraps; for Nemotron Omni and PaddleOCR-VL the model)"
         % (
             fn,
-            ", ".join(SUPPORTED_VISION_MODULES),
+            ", ".join(list(SUPPORTED_VISION_MODULES) + list(FAMILIES)),
             _describe(model),
             " with vision module %s" % found[0] if found else " (no .visual or .model.visual)",
         )
@@ -183,7 +216,13 @@ def enable(
     forward. `mesh` (a frameshard.Mesh; leave group and cp_size unset): balance the frames of
     every DP replica over the whole dp x cp mesh, each rank calling the vision module on its own
     replica's inputs (see the module's docstring). Calling it again replaces the
-    group/config/mesh. Returns the vision module."""
+    group/config/mesh. Returns the vision module (for Nemotron Omni and PaddleOCR-VL, whose
+    get_image_features is sharded instead -- frameshard.hf_families -- the model holding it)."""
+    found = _features_model(model)
+    if found is not None:
+        from . import hf_families  # noqa: PLC0415
+
+        return hf_families.enable(*found, group, config, cp_size=cp_size, timeout=timeout, mesh=mesh)
     visual = find_vision_module(model, fn="enable")
     if mesh is not None and (group is not None or cp_size is not None):
         raise FrameshardError(
@@ -205,7 +244,13 @@ def enable(
 
 
 def disable(model: torch.nn.Module) -> bool:
-    """Restores the original forward of the vision module; False if it was not enabled."""
+    """Restores the original forward of the vision module (Nemotron Omni, PaddleOCR-VL:
+    get_image_features); False if it was not enabled."""
+    found = _features_model(model)
+    if found is not None:
+        from . import hf_families  # noqa: PLC0415
+
+        return hf_families.disable(found[0])
     visual = find_vision_module(model, fn="disable")
     if not hasattr(visual, _STATE):
         return False
@@ -244,7 +289,11 @@ def join_without_media(model: torch.nn.Module, dtype: Optional[torch.dtype] = No
 
 
 def is_enabled(model: torch.nn.Module) -> bool:
-    """Whether `enable` is in force on the model's vision module."""
+    """Whether `enable` is in force on the model's vision module (Nemotron Omni, PaddleOCR-VL: on
+    the model holding get_image_features)."""
+    found = _features_model(model)
+    if found is not None:
+        return hasattr(found[0], _STATE)
     return hasattr(find_vision_module(model, fn="is_enabled"), _STATE)
 
 
@@ -272,6 +321,17 @@ def _passes_through(error: Optional[BaseException]) -> bool:
     return stop is not None and isinstance(error, stop)
 
 
+def _reraise(error: FrameshardError, raised: Optional[BaseException]) -> NoReturn:
+    """Raises what a sharded call's FrameshardError `error` means to its caller. Every rank raises
+    it (the ranks agree on failure); this rank's own tower exception `raised`, if any, is its
+    cause -- or, for checkpoint's early stop, what the caller expects, as raised."""
+    if _passes_through(raised):
+        raise raised from None
+    if raised is not None:
+        raise error from raised
+    raise error
+
+
 def _sharded_forward(
     visual: torch.nn.Module, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any
 ) -> Any:
@@ -291,11 +351,12 @@ def _sharded_forward(
     raised: list[Optional[BaseException]] = [None]
 
     def tower(pv: torch.Tensor, grid: torch.Tensor, _cu: torch.Tensor) -> list[torch.Tensor]:
-        # The original forward recomputes cu_seqlens, rotary and (Qwen2.5-VL) window indices from
-        # the local grid; every one of them is per frame, so the local frames encode as they
-        # would in the whole batch.
+        # The original forward recomputes cu_seqlens, rotary, (Qwen2.5-VL) window indices and
+        # (GLM-4V) the interpolated position embedding from the local grid; every one of them is
+        # per frame, so the local frames encode as they would in the whole batch.
         try:
-            out = original(visual, pv, grid_thw=grid, return_dict=True, **kwargs)
+            local = tower_grid(state.family, grid)
+            out = original(visual, pv, grid_thw=local, return_dict=True, **kwargs)
         except BaseException as e:
             raised[0] = e
             raise
@@ -319,13 +380,7 @@ def _sharded_forward(
             tower_dims=state.dims,
         )
     except FrameshardError as e:
-        # Every rank raises (the ranks agree on failure); this rank's own tower exception, if
-        # any, is the cause -- or, for checkpoint's early stop, what the caller expects.
-        if _passes_through(raised[0]):
-            raise raised[0] from None
-        if raised[0] is not None:
-            raise e from raised[0]
-        raise
+        _reraise(e, raised[0])
     if outputs is None:
         return None  # a text-only replica on the mesh's replicated path: no tower ran
     out = last[0]
@@ -343,3 +398,8 @@ def _sharded_forward(
     if return_dict is False:
         return out.to_tuple()
     return out
+
+
+# Context parallelism for the language model (frameshard.hf_cp), re-exported here.
+from .hf_cp import ContextParallel, context_parallel  # noqa: E402
+from .hf_cp import remove as remove_context_parallel  # noqa: E402

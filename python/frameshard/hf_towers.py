@@ -26,6 +26,8 @@ FAMILY_CLASSES = {
     "qwen3_vl_moe": ("qwen3_vl_moe", "Qwen3VLMoeVisionConfig", "Qwen3VLMoeVisionModel"),
     "qwen3_5": ("qwen3_5", "Qwen3_5VisionConfig", "Qwen3_5VisionModel"),
     "qwen3_5_moe": ("qwen3_5_moe", "Qwen3_5MoeVisionConfig", "Qwen3_5MoeVisionModel"),
+    "glm4v": ("glm4v", "Glm4vVisionConfig", "Glm4vVisionModel"),
+    "glm4v_moe": ("glm4v_moe", "Glm4vMoeVisionConfig", "Glm4vMoeVisionModel"),
 }
 
 
@@ -52,7 +54,8 @@ def vision_config(
     """A vision config of `family` with tower width `width`, `depth` blocks, `heads` heads
     (default width // 64, at least 1), MLP width `mlp` (default 4 * width) and merger output
     `out_hidden` (default width); Qwen2.5-VL keeps its windows with full attention on the last
-    block, Qwen3-VL puts DeepStack mergers after blocks depth//4, depth//2, 3*depth//4."""
+    block, Qwen3-VL puts DeepStack mergers after blocks depth//4, depth//2, 3*depth//4. GLM-4V's
+    blocks use out_hidden_size as their MLP width; `mlp` (intermediate_size) is its merger's."""
     config_cls, _ = _classes(family)
     heads = heads or max(1, width // 64)
     mlp = mlp or 4 * width

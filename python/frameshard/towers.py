@@ -24,7 +24,8 @@ class TowerDims:
     """frameshard::TowerDims (include/frameshard/cost.h); transformers' field names in comments.
 
     Attributes:
-        name: the family's cost preset name ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen3.5").
+        name: the family's cost preset name ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen3.5"), or
+            for a family without a preset its name ("glm4v", "radio"; reports only).
         depth: transformer blocks (depth).
         hidden: tower width (hidden_size; Qwen2-VL: embed_dim).
         intermediate: MLP width (intermediate_size; Qwen2-VL: embed_dim * mlp_ratio).
@@ -108,6 +109,53 @@ def _qwen3_vl(c: Any, name: str = "qwen3-vl") -> TowerDims:
     )
 
 
+def _glm4v(c: Any) -> TowerDims:
+    # GLM-4.1V / 4.5V: the blocks' SwiGLU MLP is out_hidden_size wide (Glm4VisionMlp), and the
+    # merge (a merge x merge conv to out_hidden_size, then a SwiGLU merger of intermediate_size)
+    # is counted as one Qwen-style merger to out_hidden. That counts about a third of GLM's merge;
+    # the rest is 5 % of the tower's linear work at GLM-4.1V's sizes (width 1536, out 4096,
+    # intermediate 13696, depth 24), so alpha is about 5 % low (the p^2 term is exact).
+    out = int(_get(c, "out_hidden_size"))
+    return TowerDims(
+        name="glm4v",
+        depth=int(_get(c, "depth")),
+        hidden=int(_get(c, "hidden_size")),
+        intermediate=out,
+        gated_mlp=True,
+        mergers=1,
+        merge_size=int(_get(c, "spatial_merge_size", 2)),
+        out_hidden=out,
+    )
+
+
+def _radio(c: Any) -> TowerDims:
+    # RADIO's blocks only: its cls / register prefix tokens and Nemotron Omni's projector are not
+    # TowerDims fields; frameshard.hf_families.image_cost_alpha adds both.
+    hidden = int(_get(c, "hidden_size"))
+    mlp = int(hidden * float(_get(c, "mlp_ratio", 4.0)))
+    swiglu = bool(_get(c, "use_swiglu_ffn", False))
+    if swiglu:  # as RadioSwiGLUFFN: two thirds, rounded up to a multiple of 8
+        mlp = (int(mlp * 2 / 3) + 7) // 8 * 8
+    return TowerDims(
+        name="radio",
+        depth=int(_get(c, "num_hidden_layers")),
+        hidden=hidden,
+        intermediate=mlp,
+        gated_mlp=swiglu,
+    )
+
+
+def _paddleocr(c: Any) -> TowerDims:
+    # PaddleOCR-VL's SigLIP-style blocks (plain MLP); its merge and projector are outside the
+    # vision module (frameshard.hf_families counts them as the one merger).
+    return TowerDims(
+        name="paddleocr_vl",
+        depth=int(_get(c, "num_hidden_layers")),
+        hidden=int(_get(c, "hidden_size")),
+        intermediate=int(_get(c, "intermediate_size")),
+    )
+
+
 # Vision config model_type -> dims reader. A whole model's config holds the vision config under
 # vision_config.
 _READERS = {
@@ -117,6 +165,11 @@ _READERS = {
     "qwen3_vl_moe": _qwen3_vl,
     "qwen3_5": lambda c: _qwen3_vl(c, "qwen3.5"),
     "qwen3_5_moe": lambda c: _qwen3_vl(c, "qwen3.5"),
+    "glm4v": _glm4v,
+    "glm4v_moe": _glm4v,
+    "radio": _radio,
+    "nemotron_h_omni": _radio,  # a whole Nemotron Omni config: its vision_config is RADIO's
+    "paddleocr_vl": _paddleocr,
 }
 
 
@@ -126,9 +179,9 @@ def _model_type(config: Any) -> str:
 
 
 def tower_dims(tower: Any) -> TowerDims:
-    """The cost-model dimensions of a transformers Qwen-VL vision module, its config, or a whole
-    model's config (its `vision_config`); wrappers (FSDP, DDP, torch.compile, PEFT) are seen
-    through. FrameshardError for anything else."""
+    """The cost-model dimensions of a transformers Qwen-VL, GLM-4V, RADIO or PaddleOCR-VL vision
+    module, its config, or a whole model's config (its `vision_config`); wrappers
+    (FSDP, DDP, torch.compile, PEFT) are seen through. FrameshardError for anything else."""
     from .hf import unwrap_module  # noqa: PLC0415  (hf imports this module)
 
     config = tower

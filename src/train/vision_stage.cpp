@@ -162,8 +162,7 @@ void VisionStage::backward_gather() {
     return;  // no vision this step, or no outputs for this replica
   }
   const auto start = Clock::now();
-  const auto device =
-      encoded_.empty() ? c10::Device(c10::kCPU) : encoded_[0].device();
+  const auto device = encoded_[0].device();
   // On the replicated path encode returns the leaves themselves (or views
   // of them); backward through them still lands in the leaves' grads.
   torch::autograd::backward(encoded_, grads_of(encoded_leaf_));

@@ -1,0 +1,411 @@
+"""Context parallelism (CP) for the language model of a transformers Qwen-VL model.
+
+    cp = frameshard.hf.context_parallel(model, group, split="load_balanced")
+    frameshard.hf.enable(model, group, cfg)      # optional: shard the vision tower's frames too
+    out = cp(**inputs, labels=inputs["input_ids"])   # every rank passes the WHOLE batch
+    out.loss.backward()                          # this rank's share: sum over ranks = the mean
+    for p in model.parameters():                 # then SUM-all-reduce the gradients over group
+        dist.all_reduce(p.grad, group=group)
+    cp.remove()                                  # the model as it was
+
+What runs where. The model's own forward runs unchanged up to its language model: the token
+embeddings, the vision features (sharded by `hf.enable` or not; all-gathered, so every rank holds
+every visual row), the placeholder merge and the multimodal rotary position ids (mRoPE,
+[3 or 4, B, S]) are computed by transformers on the whole sequence. The language model's forward
+(an instance attribute; the class is untouched) then pads the sequence at its end to a multiple of
+2 x CP (load_balanced) or CP (contiguous) and keeps this rank's rows: chunks r and 2CP-1-r of 2CP
+(load_balanced) or chunk r of CP (contiguous), of the embeddings, of the position ids (split on
+their last dimension) and, for Qwen3-VL, of the DeepStack rows (the visual rows at this rank's
+positions, in order). Its decoder layers run on those rows only:
+
+- full attention: the text config's attention implementation becomes "frameshard_cp" (registered
+  with transformers' AttentionInterface; the vision config is a separate object and keeps its
+  own, so the vision tower's attention is untouched). It all-gathers K and V (one differentiable
+  frameshard.all_gather_rows; backward: the reduce-scatter of dK, dV) and runs SDPA with the
+  causal mask at this rank's global positions (CPU and GPU);
+- Qwen3.5's linear-attention layers (a recurrence over the sequence): their input is all-gathered,
+  the layer runs on the whole sequence on every rank and each keeps its rows (correct; the layer's
+  work is not divided).
+
+The logits are this rank's rows ([B, local_length, vocab]; `cp.positions(S)` are their global
+positions, those >= S padding). `cp.loss(logits, labels)` shifts the WHOLE labels first, then
+splits them: sum of this rank's token losses / the global count of labelled tokens, so the ranks'
+losses sum to the unsharded mean (cross entropy in float32 or wider, as transformers').
+
+Collective: every forward and backward of the model, over `group`; every rank must pass the same
+whole batch (one small agreement exchange per forward checks the shapes: a disagreement raises
+FrameshardError on every rank). Collectives run with `timeout`, so a rank that fails or never
+calls makes the others raise instead of hanging. Not supported (FrameshardError): a padding
+attention_mask (pass None or all ones; right-pad with labels -100), a KV cache (generation),
+sliding-window attention, output_attentions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from ._C import FrameshardError
+from .shard import Timeout, all_gather_rows, resolve_group
+
+IMPLEMENTATION = "frameshard_cp"
+SPLITS = ("load_balanced", "contiguous")
+# Language model class -> family (checked through the MRO, as hf.family_of does).
+TEXT_MODELS = {
+    "Qwen2VLTextModel": "qwen2_vl",
+    "Qwen2_5_VLTextModel": "qwen2_5_vl",
+    "Qwen3VLTextModel": "qwen3_vl",
+    "Qwen3VLMoeTextModel": "qwen3_vl_moe",
+    "Qwen3_5TextModel": "qwen3_5",
+    "Qwen3_5MoeTextModel": "qwen3_5_moe",
+}
+_STATE = "_frameshard_cp"
+_KWARG = "frameshard_cp"  # the per-forward context, passed down to the attention calls
+
+
+def chunk_positions(seq_len: int, cp_size: int, rank: int, split: str) -> torch.Tensor:
+    """The global positions (int64, ascending) of `rank`'s rows of a sequence padded to
+    `padded_length(seq_len, cp_size, split)`: chunks rank and 2CP-1-rank of 2CP
+    (load_balanced), or chunk rank of CP (contiguous)."""
+    total = padded_length(seq_len, cp_size, split)
+    if split == "contiguous":
+        size = total // cp_size
+        return torch.arange(rank * size, (rank + 1) * size)
+    size = total // (2 * cp_size)
+    first = torch.arange(rank * size, (rank + 1) * size)
+    return torch.cat([first, first + (2 * cp_size - 1 - 2 * rank) * size])
+
+
+def padded_length(seq_len: int, cp_size: int, split: str) -> int:
+    """`seq_len` rounded up to a multiple of 2 x cp_size (load_balanced) or cp_size."""
+    unit = cp_size if split == "contiguous" else 2 * cp_size
+    return -(-int(seq_len) // unit) * unit
+
+
+@dataclasses.dataclass
+class _Forward:
+    """One forward's layout, shared by its attention calls (and their recomputation under
+    activation checkpointing: it travels in the layers' kwargs)."""
+
+    group: dist.ProcessGroup
+    timeout: Timeout
+    cp_size: int
+    positions: torch.Tensor  # this rank's global positions [local]
+    order: torch.Tensor  # the gathered rows' global positions [padded], rank-major
+    inverse: torch.Tensor  # gathered row index of each global position [padded]
+    mask: torch.Tensor  # [local, padded] bool: gathered key's position <= query position
+    calls: list  # the attention calls made (the test checks that only text layers call)
+
+    def gather(self, rows: torch.Tensor) -> torch.Tensor:
+        """[local, ...] -> [padded, ...] in rank-major order (differentiable; collective)."""
+        n = rows.shape[0]
+        flat = all_gather_rows(rows.reshape(n, -1).contiguous(), [n] * self.cp_size, self.group, timeout=self.timeout)
+        return flat.view(self.cp_size * n, *rows.shape[1:])
+
+
+def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """The "frameshard_cp" attention implementation: query [B, H, local, D], key and value
+    [B, Hkv, local, D] -> ([B, local, H, D], None). Collective (one all-gather of K and V)."""
+    fwd: Optional[_Forward] = kwargs.get(_KWARG)
+    if fwd is None:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected the attention to run inside the language "
+            "model's context-parallel forward, got a call without it (from %s)" % type(module).__name__
+        )
+    if attention_mask is not None:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected no attention mask in the CP attention (it "
+            "builds the causal mask at global positions), got a %s" % type(attention_mask).__name__
+        )
+    fwd.calls.append(type(module).__name__)
+    hkv = key.shape[1]
+    kv = torch.cat([key, value], dim=1).permute(2, 0, 1, 3)  # [local, B, 2 Hkv, D]
+    kv = fwd.gather(kv).permute(1, 2, 0, 3)  # [B, 2 Hkv, padded, D]
+    key, value = kv[:, :hkv], kv[:, hkv:]
+    groups = query.shape[1] // hkv
+    if groups > 1:  # grouped-query attention: each K/V head serves `groups` query heads in turn
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    # The keys stay in gathered (rank-major) order: the mask, built once per forward from the
+    # gathered rows' global positions, is what makes it causal.
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=fwd.mask, dropout_p=dropout if module.training else 0.0, scale=scaling
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+@dataclasses.dataclass
+class _State:
+    group: dist.ProcessGroup
+    split: str
+    timeout: Timeout
+    previous: Optional[str]  # the text config's attention implementation before
+    linear: list  # the patched linear-attention modules (Qwen3.5)
+    last: Optional[_Forward] = None  # the latest forward's layout (its attention calls)
+
+    def layout(self, seq_len: int, device: torch.device, agree: torch.Tensor) -> _Forward:
+        """This forward's layout, after checking that every rank passes the same shapes (one
+        small all-gather; a disagreement raises the same error on every rank)."""
+        cp, rank = self.group.size(), self.group.rank()
+        seen = all_gather_rows(agree.view(1, -1).to(device), [1] * cp, self.group, timeout=self.timeout)
+        if not bool((seen == seen[:1]).all()):
+            raise FrameshardError(
+                "frameshard.hf.context_parallel: expected every rank to pass the same whole "
+                "batch (batch, sequence, hidden), got %s" % [tuple(int(v) for v in row) for row in seen.cpu()]
+            )
+        positions = chunk_positions(seq_len, cp, rank, self.split).to(device)
+        order = torch.cat([chunk_positions(seq_len, cp, r, self.split) for r in range(cp)]).to(device)
+        return _Forward(
+            group=self.group,
+            timeout=self.timeout,
+            cp_size=cp,
+            positions=positions,
+            order=order,
+            inverse=torch.argsort(order),
+            mask=order[None, :] <= positions[:, None],
+            calls=[],
+        )
+
+
+def _pad(x: torch.Tensor, pad: int, dim: int, value: Any = 0) -> torch.Tensor:
+    if pad == 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = pad
+    return torch.cat([x, x.new_full(shape, value)], dim=dim)
+
+
+def _refuse(attention_mask: Any, cache: Any, kwargs: dict) -> None:
+    """What the CP forward does not support, refused before any collective (the same on every
+    rank, whose inputs are the same)."""
+    is_2d = isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2
+    if attention_mask is not None and not (is_2d and bool((attention_mask == 1).all())):
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected attention_mask None or all ones (causal "
+            "attention over the whole sequence; right-pad with labels -100 instead), got %s"
+            % ("a padding mask" if is_2d else type(attention_mask).__name__)
+        )
+    if cache is not None and cache.get_seq_length() > 0:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected no KV cache (training or a whole-sequence "
+            "forward), got a cache of %d tokens" % int(cache.get_seq_length())
+        )
+    if kwargs.get("output_attentions"):
+        raise FrameshardError("frameshard.hf.context_parallel: expected output_attentions unset, got True")
+
+
+def _deepstack(fwd: _Forward, pad: int, visual_pos_masks: torch.Tensor, embeds: list) -> dict:
+    """This rank's DeepStack inputs: its rows of the visual mask and, of every DeepStack
+    feature, the rows of the visual tokens at its positions (in their order)."""
+    mask = _pad(visual_pos_masks.bool(), pad, dim=1, value=False)
+    index = (mask.flatten().cumsum(0) - 1).view(mask.shape)  # visual row of each position
+    local = mask[:, fwd.positions]
+    rows = index[:, fwd.positions][local]
+    return {"visual_pos_masks": local, "deepstack_visual_embeds": [d[rows] for d in embeds]}
+
+
+def _lm_forward(
+    lm: torch.nn.Module,
+    input_ids: Optional[torch.Tensor] = None,
+    attention_mask: Optional[torch.Tensor] = None,
+    position_ids: Optional[torch.Tensor] = None,
+    cache: Any = None,
+    inputs_embeds: Optional[torch.Tensor] = None,
+    use_cache: Optional[bool] = None,
+    visual_pos_masks: Optional[torch.Tensor] = None,
+    deepstack_visual_embeds: Optional[list] = None,
+    **kwargs: Any,
+) -> Any:
+    """The language model's forward while CP is installed (bound to the instance): the whole
+    sequence in, this rank's rows through the decoder layers, this rank's rows out."""
+    state: _State = getattr(lm, _STATE)
+    _refuse(attention_mask, cache, kwargs)
+    if inputs_embeds is None:
+        inputs_embeds = lm.get_input_embeddings()(input_ids)
+    b, s, h = inputs_embeds.shape
+    agree = torch.tensor([b, s, h], dtype=torch.int64)
+    fwd = state.layout(s, inputs_embeds.device, agree)
+    pad = int(fwd.order.numel()) - s
+    embeds = _pad(inputs_embeds, pad, dim=1)[:, fwd.positions]
+    if position_ids is None:  # text only: transformers would count from 0 on the local rows
+        position_ids = torch.arange(s, device=inputs_embeds.device).expand(b, s)
+    if pad:  # padding continues the positions (it is never attended: it comes last)
+        step = torch.arange(1, pad + 1, device=position_ids.device)
+        position_ids = torch.cat([position_ids, position_ids[..., -1:] + step], dim=-1)
+    extra = {}
+    if deepstack_visual_embeds is not None:
+        extra = _deepstack(fwd, pad, visual_pos_masks, deepstack_visual_embeds)
+    out = type(lm).forward(
+        lm,
+        inputs_embeds=embeds,
+        position_ids=position_ids[..., fwd.positions],
+        attention_mask=None,
+        cache=None,
+        use_cache=False,
+        **extra,
+        **kwargs,
+        **{_KWARG: fwd},
+    )
+    state.last = fwd
+    return out
+
+
+def _linear_forward(module: torch.nn.Module, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """A linear-attention layer's forward under CP (Qwen3.5's gated delta net, a recurrence over
+    the sequence): all-gather its input, run it on the whole sequence, keep this rank's rows."""
+    fwd: Optional[_Forward] = kwargs.pop(_KWARG, None)
+    if fwd is None:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected the linear attention to run inside the "
+            "language model's context-parallel forward, got a call without it"
+        )
+    kwargs.update(cache=None, attention_mask=None)
+    whole = fwd.gather(hidden_states.transpose(0, 1))[fwd.inverse].transpose(0, 1)
+    return type(module).forward(module, whole, *args, **kwargs)[:, fwd.positions]
+
+
+def find_language_model(model: Any, fn: str = "context_parallel") -> torch.nn.Module:
+    """The transformers Qwen-VL language model (`...TextModel`) of `model` (a
+    ...ForConditionalGeneration, its `.model`, or the language model; training wrappers seen
+    through as hf.enable does); FrameshardError otherwise."""
+    from .hf import _describe, unwrap_module  # noqa: PLC0415  (hf re-exports this module)
+
+    root = unwrap_module(model)
+    inner = getattr(root, "model", None)
+    for c in (root, getattr(root, "language_model", None), getattr(inner, "language_model", None)):
+        c = unwrap_module(c) if c is not None else None
+        if c is not None and _text_family(c) is not None:
+            return c
+    raise FrameshardError(
+        "frameshard.hf.%s: expected a transformers Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE) or "
+        "Qwen3.5(-MoE) model or its language model (a subclass of %s), got %s"
+        % (fn, ", ".join(TEXT_MODELS), _describe(model))
+    )
+
+
+def _text_family(module: Any) -> Optional[str]:
+    for cls in type(module).__mro__:
+        if cls.__name__ in TEXT_MODELS and cls.__module__.startswith("transformers."):
+            return TEXT_MODELS[cls.__name__]
+    return None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface  # noqa: PLC0415  (transformers is optional)
+
+    if AttentionInterface._global_mapping.get(IMPLEMENTATION) is not _attention:
+        AttentionInterface.register(IMPLEMENTATION, _attention)
+
+
+class ContextParallel:
+    """The handle `context_parallel` returns: the split, this rank's positions, the loss."""
+
+    def __init__(self, model: Any, lm: torch.nn.Module, state: _State) -> None:
+        self.model, self.language_model, self._state = model, lm, state
+        self.group, self.split = state.group, state.split
+        self.cp_size, self.rank = state.group.size(), state.group.rank()
+
+    def positions(self, seq_len: int) -> torch.Tensor:
+        """Global positions of this rank's rows (logits, hidden states) of a sequence of
+        `seq_len`; those >= seq_len are end padding."""
+        return chunk_positions(seq_len, self.cp_size, self.rank, self.split)
+
+    def shard(self, tensor: torch.Tensor, fill: Any = 0) -> torch.Tensor:
+        """This rank's part of a whole-sequence tensor (the sequence on its last dimension),
+        end-padded with `fill` as the model pads its input."""
+        s = tensor.shape[-1]
+        pad = padded_length(s, self.cp_size, self.split) - s
+        return _pad(tensor, pad, dim=tensor.dim() - 1, value=fill)[..., self.positions(s).to(tensor.device)]
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+        """This rank's share of the next-token loss: labels [B, S] (the whole batch's) are
+        shifted, then split; sum of this rank's token losses / the global number of labelled
+        tokens. The ranks' losses sum to the unsharded mean. No communication."""
+        shifted = torch.full_like(labels, ignore_index)
+        shifted[:, :-1] = labels[:, 1:]
+        local = self.shard(shifted, fill=ignore_index).to(logits.device)
+        if tuple(logits.shape[:2]) != tuple(local.shape):
+            raise FrameshardError(
+                "frameshard.hf.context_parallel.loss: expected this rank's logits [%d, %d, vocab] "
+                "for labels %s, got %s" % (local.shape[0], local.shape[1], tuple(labels.shape), tuple(logits.shape))
+            )
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        total = torch.nn.functional.cross_entropy(
+            wide.reshape(-1, wide.shape[-1]), local.reshape(-1), ignore_index=ignore_index, reduction="sum"
+        )
+        return total / (shifted != ignore_index).sum().clamp(min=1).to(total.device)
+
+    def __call__(self, labels: Optional[torch.Tensor] = None, **inputs: Any) -> Any:
+        """model(**inputs) (collective); with `labels` (the whole batch's), `.loss` is this
+        rank's share (see `loss`)."""
+        out = self.model(**inputs)
+        if labels is not None:
+            out.loss = self.loss(out.logits, labels)
+        return out
+
+    @property
+    def attention_calls(self) -> list:
+        """The module classes whose attention ran through "frameshard_cp" in the latest forward."""
+        return list(self._state.last.calls) if self._state.last is not None else []
+
+    def remove(self) -> bool:
+        """Restores the language model (forward, attention implementation, linear attention)."""
+        return remove(self.language_model)
+
+
+def context_parallel(
+    model: Any,
+    group: Optional[dist.ProcessGroup] = None,
+    split: str = "load_balanced",
+    *,
+    timeout: Timeout = None,
+) -> ContextParallel:
+    """Installs context parallelism over `group` (None: the default group) on the language model
+    of `model` (see the module's docstring); returns its ContextParallel handle. Installing again
+    replaces the group and split. Local: no communication until the model's next forward."""
+    if split not in SPLITS:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected split 'load_balanced' or 'contiguous', got %r" % (split,)
+        )
+    lm = find_language_model(model)
+    pg = resolve_group(group, "hf.context_parallel")
+    config = lm.config
+    layer_types = getattr(config, "layer_types", None) or []
+    if getattr(config, "use_sliding_window", False) or "sliding_attention" in layer_types:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected full causal attention, got sliding-window "
+            "layers (use_sliding_window / layer_types)"
+        )
+    remove(lm)
+    _register()
+    linear = [m for m in lm.modules() if type(m).__name__.endswith("GatedDeltaNet")]
+    state = _State(group=pg, split=split, timeout=timeout, previous=config._attn_implementation, linear=linear)
+    config._attn_implementation = IMPLEMENTATION
+    for m in linear:
+        m.forward = types.MethodType(_linear_forward, m)
+    lm.forward = types.MethodType(_lm_forward, lm)
+    setattr(lm, _STATE, state)
+    return ContextParallel(model, lm, state)
+
+
+def remove(model: Any) -> bool:
+    """Uninstalls context_parallel from the model's language model; False if it was not there."""
+    lm = find_language_model(model, fn="remove")
+    state: Optional[_State] = getattr(lm, _STATE, None)
+    if state is None:
+        return False
+    lm.config._attn_implementation = state.previous
+    for m in state.linear:
+        del m.forward
+    del lm.forward
+    delattr(lm, _STATE)
+    return True
+
+
+def is_installed(model: Any) -> bool:
+    """Whether context_parallel is installed on the model's language model."""
+    return hasattr(find_language_model(model, fn="is_installed"), _STATE)

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""One rank of the multi-process tests of test_families.py (GLM-4V, Nemotron Omni and
+PaddleOCR-VL through frameshard.hf.enable).
+
+    python families_worker.py --rank R --world W --store FILE --out DIR [--scenarios a,b]
+
+Joins a Gloo group over a FileStore, runs each scenario and writes DIR/rank<R>.json
+(worker_common.main); the assertions live in test_families.py. Parity scenarios run one float64
+step replicated, then the same step sharded, on the same rank: outputs, and every parameter
+gradient after a SUM all-reduce over the group, with a rank-specific loss
+(worker_common.rank_weights).
+"""
+
+import os
+import sys
+
+import torch
+
+import frameshard
+from frameshard import hf, hf_families
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import family_models as fm  # noqa: E402
+import worker_common  # noqa: E402
+from worker_common import compare, rank_weights, reduced_grads  # noqa: E402
+
+# min_local_patch_rows stays at its default (96): the ranks get floor frames, which the local
+# grid holds as one (count, h, w) row -- the row GLM-4V's vision module cannot take.
+SHARD_ALL = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0)
+GLM_GRID = [[1, 4, 6], [1, 2, 2], [1, 6, 4], [1, 8, 8], [1, 4, 4]]
+GLM_VIDEO = [[3, 4, 4]]  # get_video_features: one (1, h, w) row per frame
+OMNI_GRID = [[4, 6], [2, 2], [6, 4], [8, 8], [4, 4]]
+
+
+def _weighted(tensors, rank):
+    return sum((rank_weights(t, rank, 20 + i) * t).sum() for i, t in enumerate(tensors.values()))
+
+
+def _parity(model, step, rank, group, hooked, plans):
+    """Runs step() replicated, then sharded (hf.enable), each followed by backward of the
+    rank-specific loss; returns the measurements (rows each call of `hooked` saw included)."""
+
+    def run():
+        model.zero_grad()
+        tensors = step()
+        _weighted(tensors, rank).backward()
+        return {k: v.detach() for k, v in tensors.items()}, reduced_grads(model, group)
+
+    ref_out, ref_grads = run()
+    seen = []
+    def record(_module, args, kwargs):
+        pv = args[0] if args else kwargs["pixel_values"]  # PaddleOCR-VL: by keyword, [1, rows, C, p, p]
+        seen.append(int(pv.shape[1] if pv.dim() == 5 else pv.shape[0]))
+
+    hook = hooked.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        hf.enable(model, group, SHARD_ALL)
+        enabled = hf.is_enabled(model)
+        out, grads = run()
+        disabled = hf.disable(model) and not hf.is_enabled(model)
+    finally:
+        hook.remove()
+    out_diff, out_scale = compare(out, ref_out)
+    grad_diff, grad_scale = compare(grads, ref_grads)
+    return {
+        "enabled": enabled,
+        "disabled": disabled,
+        "outputs": sorted(out),
+        "out_diff": out_diff,
+        "out_scale": out_scale,
+        "grad_diff": grad_diff,
+        "grad_scale": grad_scale,
+        "params_with_grad": sum(1 for g in ref_grads.values() if float(g.abs().max()) > 0),
+        "seen_rows": seen,
+        "plan_rows": [p.ranks[rank].local_patch_rows for p in plans],
+        "plan_real_rows": [p.ranks[rank].real_patch_rows for p in plans],
+        "plan_dummy": [p.ranks[rank].dummy_frames for p in plans],
+        "plan_pad": [p.ranks[rank].pad_frames for p in plans],
+        "total_rows": [p.total_patch_rows for p in plans],
+        "path": plans[0].path,
+    }
+
+
+def scenario_glm4v(rank, world, group):
+    model, visual = fm.glm4v_model()
+    grid = torch.tensor(GLM_GRID)
+    video = torch.tensor(GLM_VIDEO)
+    pv, pv_video = fm.pixels(grid, fm.GLM_FEATURES), fm.pixels(video, fm.GLM_FEATURES, seed=6)
+    ids, mm = fm.glm4v_prompt(grid)
+
+    def step():
+        feats = model.model.get_image_features(pixel_values=pv, image_grid_thw=grid).pooler_output
+        vids = model.model.get_video_features(pixel_values_videos=pv_video, video_grid_thw=video).pooler_output
+        logits = model(input_ids=ids, pixel_values=pv, image_grid_thw=grid, mm_token_type_ids=mm).logits
+        return {"image": torch.cat(feats), "video": torch.cat(vids), "logits": logits}
+
+    frames = hf.tower_grid("glm4v", video)  # what get_video_features passes
+    plans = [frameshard.plan(g, world, SHARD_ALL, tower=visual) for g in (grid, frames, grid)]
+    res = _parity(model, step, rank, group, visual.patch_embed, plans)
+    res["family"] = hf.family_of(visual)
+    return res
+
+
+def scenario_glm4v_moe(rank, world, group):
+    visual = fm.glm4v_moe_vision()
+    grid = torch.tensor(GLM_GRID)
+    pv = fm.pixels(grid, fm.GLM_FEATURES)
+
+    def step():
+        return {"image": visual(pv, grid_thw=grid).pooler_output}
+
+    plans = [frameshard.plan(grid, world, SHARD_ALL, tower=visual)]
+    return _parity(visual, step, rank, group, visual.patch_embed, plans)
+
+
+def _image_plan(model, grid_thw, world):
+    """The plan hf.enable makes for these images (one (1, h, w) row each)."""
+    cfg, dims = hf_families.plan_inputs(model, SHARD_ALL)
+    return frameshard.plan(grid_thw, world, cfg, tower=dims, temporal_patch_size=1)
+
+
+def scenario_omni(rank, world, group, grid=OMNI_GRID):
+    model = fm.omni_model()
+    grid = torch.tensor(grid)
+    pv = fm.pixels(grid, fm.OMNI_FEATURES)
+    ids = fm.omni_prompt(grid)
+
+    sizes = []  # the pooler_output split of each get_image_features call
+
+    def step():
+        feats = model.get_image_features(pv, grid).pooler_output
+        sizes.append([len(f) for f in feats])
+        logits = model(input_ids=ids, pixel_values=pv, image_grid_hw=grid).logits
+        return {"image": torch.cat(feats), "logits": logits}
+
+    plan = _image_plan(model, torch.cat([torch.ones_like(grid[:, :1]), grid], dim=1), world)
+    res = _parity(model, step, rank, group, model.vision_model, [plan, plan])
+    res.update(cost_model=plan.cost_model, split_sizes=sizes, tokens=(grid.prod(-1) // 4).tolist())
+    return res
+
+
+def scenario_paddleocr(rank, world, group):
+    model = fm.paddleocr_model()
+    grid = torch.tensor(GLM_GRID)
+    pv = fm.pixels(grid, 3 * 4 * 4).reshape(-1, 3, 4, 4)  # the processor's [patches, C, p, p]
+    ids, mm = fm.paddleocr_prompt(grid)
+    sizes = []
+
+    def step():
+        feats = model.model.get_image_features(pixel_values=pv, image_grid_thw=grid).pooler_output
+        sizes.append([len(f) for f in feats])
+        logits = model(input_ids=ids, pixel_values=pv, image_grid_thw=grid, mm_token_type_ids=mm).logits
+        return {"image": torch.cat(feats), "logits": logits}
+
+    plan = _image_plan(model, grid, world)
+    res = _parity(model, step, rank, group, model.model.visual, [plan, plan])
+    res.update(cost_model=plan.cost_model, split_sizes=sizes, tokens=(grid.prod(-1) // 4).tolist())
+    return res
+
+
+def scenario_omni_few(rank, world, group):
+    # Fewer images than ranks: world - 1 images, so a rank encodes a 2 x 2 placeholder image.
+    return scenario_omni(rank, world, group, [[4, 4], [2, 6]][: world - 1])
+
+
+def _raised(call):
+    try:
+        call()
+    except Exception as e:  # the type and message are what the test checks
+        return {"raised": type(e).__name__, "message": str(e)}
+    return {"raised": None, "message": ""}
+
+
+def scenario_omni_odd(rank, world, group):
+    model = fm.omni_model()
+    grid = torch.tensor([[4, 4], [3, 4], [2, 2]])
+    pv = fm.pixels(grid, fm.OMNI_FEATURES)
+    replicated = _raised(lambda: model.get_image_features(pv, grid))
+    hf.enable(model, group, SHARD_ALL)
+    sharded = _raised(lambda: model.get_image_features(pv, grid))
+    return {"replicated": replicated, "sharded": sharded}
+
+
+def scenario_mismatch(rank, world, group):
+    # hf.enable with a cp_size the group does not have: every rank raises on the first call.
+    model = fm.omni_model()
+    grid = torch.tensor(OMNI_GRID)
+    pv = fm.pixels(grid, fm.OMNI_FEATURES)
+    hf.enable(model, group, SHARD_ALL, cp_size=world + 1)
+    omni = _raised(lambda: model.get_image_features(pv, grid))
+    visual = fm.glm4v_moe_vision()
+    grid = torch.tensor(GLM_GRID)
+    hf.enable(visual, group, SHARD_ALL, cp_size=world + 1)
+    glm = _raised(lambda: visual(fm.pixels(grid, fm.GLM_FEATURES), grid_thw=grid))
+    return {"omni": omni, "glm": glm}
+
+
+def scenario_static(rank, world, group):
+    """What needs no collective but a transformers model (built here, where transformers is
+    imported anyway, not in the pytest process): the cost models and what enable stores."""
+    from transformers.models.glm4v import Glm4vVisionConfig
+
+    glm = frameshard.tower_dims(Glm4vVisionConfig(**fm.GLM_VISION))
+    moe = fm.glm4v_moe_vision()
+    model = fm.omni_model()
+    blocks = frameshard.cost_model(frameshard.tower_dims(model.config))  # RADIO's blocks only
+    hf.enable(model, group, frameshard.FrameShardingConfig(enabled=True))
+    stored = getattr(model, hf._STATE).config.cost_alpha
+    patched = "get_image_features" in vars(model) and hf.is_enabled(model)
+    restored = hf.disable(model) and "get_image_features" not in vars(model) and not hf.is_enabled(model)
+    mesh = _raised(lambda: hf.enable(model, config=SHARD_ALL, mesh=frameshard.Mesh(None, 1, 1)))
+    return {
+        "glm_dims": glm.as_dict(),
+        "glm_b": frameshard.cost_model(glm)["b"],
+        "moe_dims_equal": frameshard.tower_dims(moe) == glm,
+        "moe_family": hf.family_of(moe),
+        "omni_alpha": hf_families.image_cost_alpha(model),
+        "radio_b": blocks["b"],
+        "radio_seconds_per_unit": blocks["seconds_per_unit"],
+        "stored_alpha": stored,
+        "patched": patched,
+        "restored": restored,
+        "mesh": mesh,
+    }
+
+
+SCENARIOS = {
+    "static": scenario_static,
+    "glm4v": scenario_glm4v,
+    "glm4v_moe": scenario_glm4v_moe,
+    "omni": scenario_omni,
+    "omni_few": scenario_omni_few,
+    "paddleocr": scenario_paddleocr,
+    "omni_odd": scenario_omni_odd,
+    "mismatch": scenario_mismatch,
+}
+
+
+if __name__ == "__main__":
+    worker_common.main(SCENARIOS)

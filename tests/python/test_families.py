@@ -1,0 +1,156 @@
+"""frameshard.hf.enable on the families beyond Qwen-VL: GLM-4V, Nemotron Omni (RADIO), PaddleOCR-VL.
+
+Single-process: GLM-4V's one grid row per frame and the unsupported-model error naming the new
+families. Computed in the worker (which imports transformers anyway; the pytest process does not,
+which saves its import time): the cost-model dimensions of a GLM-4V vision config, the Nemotron
+Omni image cost (RADIO's prefix tokens and the projector added to the C++ FLOP model of its
+blocks) and what enable stores and refuses for it (a mesh).
+
+Multi-process (Gloo, world 2 and 3; one launch of tests/python/families_worker.py per world size
+serves every scenario): float64 sharded against replicated outputs and SUM-all-reduced parameter
+gradients with rank-specific losses, for a tiny random Glm4vForConditionalGeneration
+(get_image_features, get_video_features and the model's logits), the Glm4vMoeVisionModel alone,
+a NemotronH_Omni_Reasoning_V3 (get_image_features and logits), also with fewer images than
+ranks (a rank encodes a 2 x 2 placeholder image), and a PaddleOCRVLForConditionalGeneration
+(get_image_features on [patches, C, p, p] pixel rows, and logits); every vision call saw only
+the rank's planned rows (floor frames included); an odd Nemotron Omni grid raises the same
+FrameshardError on every rank (transformers' own pixel shuffle fails on it with a RuntimeError);
+a cp_size the group does not have raises the same error on every rank (Nemotron Omni, GLM-4V).
+
+Tolerance: harness.RTOL_HF = 1e-5 relative to max(1, the largest replicated value). In a float64
+model GLM-4V computes its rotary tables, its interpolated position embedding (grid_sample) and
+the eager softmax in float32, RADIO its position-embedding interpolation, Nemotron's projector
+its RMSNorm and PaddleOCR-VL its rotary tables in float32, so a float64 summation-order
+difference between the sharded and replicated runs can flip a float32 rounding: measured up to
+1.4e-5 absolute on gradients of scale 140 (1e-7 relative), outputs within 6e-15.
+
+Run: `.venv/bin/python -m pytest tests/python/test_families.py` after installing the package (or
+with PYTHONPATH=build/python-dev), or through ctest (python.families).
+"""
+
+import os
+import sys
+
+import pytest
+import torch
+
+import frameshard
+from frameshard import hf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import family_models as fm  # noqa: E402
+from harness import RTOL_HF, assert_parity, run_world, scenario  # noqa: E402
+
+# ------------------------------------------------------------- single process
+
+
+def test_glm4v_takes_one_grid_row_per_frame():
+    grid = torch.tensor([[1, 4, 6], [3, 2, 2]])
+    assert hf.tower_grid("glm4v", grid).tolist() == [[1, 4, 6], [1, 2, 2], [1, 2, 2], [1, 2, 2]]
+    assert hf.tower_grid("qwen2_vl", grid) is grid  # Qwen towers take (t, h, w) rows as they are
+
+
+def test_unsupported_model_error_names_the_families():
+    with pytest.raises(frameshard.FrameshardError) as err:
+        hf.enable(torch.nn.Linear(2, 2), group=object())
+    text = str(err.value)
+    names = ("GLM-4V(-MoE)", "Nemotron Omni or PaddleOCR-VL", "Glm4vVisionModel", "Glm4vMoeVisionModel")
+    names += ("NemotronH_Omni_Reasoning_V3", "PaddleOCRVLModel")
+    for name in names:
+        assert name in text, (name, text)
+
+
+# ------------------------------------------------------------- multi process
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda w: "world%d" % w)
+def world_results(request):
+    return request.param, run_world("families_worker.py", request.param)
+
+
+def test_glm4v_tower_dims_and_cost(world_results):
+    _, per_rank = scenario(world_results, "static")
+    res = per_rank[0]
+    dims = res["glm_dims"]
+    # GLM's blocks: a SwiGLU MLP out_hidden_size wide; one merger to out_hidden_size.
+    assert (dims["name"], dims["depth"], dims["hidden"], dims["intermediate"], dims["gated_mlp"]) == (
+        "glm4v", 2, 32, 24, True
+    )  # fmt: skip
+    assert (dims["mergers"], dims["merge_size"], dims["out_hidden"]) == (1, 2, 24)
+    # cost.h: b = depth * (2d + 1.5 f) + (d m^2 + o) / 2, over the full-attention layers.
+    assert res["glm_b"] == pytest.approx((2 * (64 + 1.5 * 24) + (32 * 4 + 24) / 2) / 2)
+    assert res["moe_dims_equal"] and res["moe_family"] == "glm4v_moe"
+    assert all(r["family"] == "glm4v" for r in scenario(world_results, "glm4v")[1])
+
+
+def test_omni_image_cost_counts_prefix_tokens_and_projector(world_results):
+    _, per_rank = scenario(world_results, "static")
+    res = per_rank[0]
+    spec = res["omni_alpha"]
+    a, b, c = (float(x) for x in spec[len("quadratic:") :].split(","))
+    assert res["radio_b"] == 2 * 32 + 128  # RADIO's blocks, plain MLP: 2d + f per layer
+    s, prefix = res["radio_seconds_per_unit"], fm.OMNI_PREFIX
+    # The projector on p/4 shuffled tokens: (4d * 48 + 48 * 32) / 4 multiply-adds per patch, in
+    # units of 2 * d * depth.
+    e = (128 * 48 + 48 * 32) / 4 / (2 * 32 * 2)
+    for p in (4, 16, 64):
+        want = s * ((p + prefix) ** 2 + res["radio_b"] * (p + prefix) + e * p)
+        assert a * p * p + b * p + c == pytest.approx(want, rel=1e-12), p
+    assert c > 0  # a 2 x 2 image still costs its prefix tokens
+    # enable plans with it under cost_alpha "auto"; disable restores get_image_features.
+    assert res["stored_alpha"] == spec and res["patched"] and res["restored"]
+    assert res["mesh"]["raised"] == "FrameshardError"
+    assert "expected mesh=None for a nemotron_h_omni model" in res["mesh"]["message"]
+
+
+@pytest.mark.parametrize("name", ["glm4v", "glm4v_moe", "omni", "omni_few", "paddleocr"])
+def test_parity_and_local_rows(world_results, name):
+    world, per_rank = scenario(world_results, name)
+    assert_parity(world, name, per_rank, RTOL_HF)
+    for rank, res in enumerate(per_rank):
+        assert res["enabled"] and res["disabled"] and res["params_with_grad"] > 0, (name, rank)
+        # Every vision call ran on exactly the rows the plan gives this rank (real, floor and
+        # placeholder frames); with more images than ranks its real rows are a part of the batch.
+        assert res["seen_rows"] == res["plan_rows"], (name, world, rank, res["seen_rows"], res["plan_rows"])
+        if name != "omni_few":
+            assert all(s < t for s, t in zip(res["plan_real_rows"], res["total_rows"])), (name, rank)
+    for i, total in enumerate(per_rank[0]["total_rows"]):
+        assert sum(r["plan_real_rows"][i] for r in per_rank) == total, (name, i)
+    if name == "glm4v":
+        assert per_rank[0]["outputs"] == ["image", "logits", "video"]
+        # Floor frames (one (count, h, w) local grid row) ran through GLM's per-frame grid.
+        assert all(r["plan_pad"][1] > 1 for r in per_rank)
+    if name.startswith("omni") or name == "paddleocr":
+        for res in per_rank:
+            # Nemotron Omni: the Python quadratic with RADIO's prefix tokens; PaddleOCR-VL: the C++
+            # FLOP model of its blocks with the projector as the merger.
+            paddle = "auto (paddleocr_vl depth 2, width 32, mlp 64, 1 merger"
+            want = "quadratic a=" if name.startswith("omni") else paddle
+            assert res["cost_model"].startswith(want), res["cost_model"]
+            assert all(s == res["tokens"] for s in res["split_sizes"]), res["split_sizes"]
+    if name == "omni_few":
+        # world - 1 images: exactly one rank encoded the 2 x 2 placeholder image, and only it.
+        dummies = [r["plan_dummy"][0] for r in per_rank]
+        assert dummies.count(1) == 1 and dummies.count(0) == world - 1, dummies
+        assert [r["seen_rows"][0] for r in per_rank if r["plan_dummy"][0]] == [4]
+
+
+def test_omni_odd_grid_raises_on_every_rank(world_results):
+    world, per_rank = scenario(world_results, "omni_odd")
+    messages = {r["sharded"]["message"] for r in per_rank}
+    assert len(messages) == 1, messages
+    for res in per_rank:
+        assert res["sharded"]["raised"] == "FrameshardError", res
+        assert "expected even image_grid_hw sides" in res["sharded"]["message"]
+        assert "got [3, 4] at image 1" in res["sharded"]["message"]
+        # transformers itself cannot pixel-shuffle an odd grid (it does not pad).
+        assert res["replicated"]["raised"] == "RuntimeError", res
+
+
+def test_group_size_mismatch_raises_on_every_rank(world_results):
+    world, per_rank = scenario(world_results, "mismatch")
+    want = "cp_size=%d does not match its process group (size %d)" % (world + 1, world)
+    for family in ("omni", "glm"):
+        assert len({r[family]["message"] for r in per_rank}) == 1, family
+        for res in per_rank:
+            assert res[family]["raised"] == "FrameshardError" and want in res[family]["message"], res
