@@ -74,10 +74,13 @@ def parser() -> argparse.ArgumentParser:
         t = sub.add_parser(name, help=what)
         t.add_argument("--config", help="a recipe YAML (the C++ commands' keys); --a.b VALUE overrides a key")
         t.add_argument("--family", default=None, help="model.family: qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5")
+        t.add_argument("--model-dir", default=None, help="model.model_dir: a Hugging Face checkpoint (its weights)")
         t.add_argument("--cp", type=int, default=None, help="distributed.cp_size: local Gloo rank processes")
         t.add_argument("--steps", type=int, default=None, help="train.steps")
         t.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
         t.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
+        if name == "ab":
+            t.add_argument("--plot", default="frameshard_ab.svg", help="SVG of both arms' losses and step times")
         t.set_defaults(run=_train)
     return p
 

@@ -3,9 +3,11 @@
     python -m frameshard ab --family qwen2_5_vl --cp 2 --steps 6 --json
     python -m frameshard train --family qwen3_vl --cp 2 --train.steps 4 --data.preset doc
     python -m frameshard ab --config recipe.yaml --distributed.multimodal.vision.frame_sharding.min_tokens 0
+    python -m frameshard ab --model-dir /path/to/Qwen2.5-VL-3B-Instruct --cp 2 --steps 4
 
 A tiny random model of `--family` (no download; sizes from the recipe's `model.` keys, as the
-C++ commands' small VLM), CP over `--cp N` local Gloo rank processes (spawned here; `--cp 1`:
+C++ commands' small VLM) or a checkpoint (`--model-dir`, model.model_dir: its family, sizes,
+weights and token ids; the batches use its placeholder ids and draw text ids below its special ones), CP over `--cp N` local Gloo rank processes (spawned here; `--cp 1`:
 one process, the plain unsharded model): the language model under frameshard.hf.context_parallel
 (load-balanced split), the vision tower replicated on every rank (frame sharding off) or sharded
 by frameshard.hf.enable (on). `train` runs the recipe's arm, `ab` both with the same seed,
@@ -22,6 +24,7 @@ unsharded mean), `peak_bytes` and `vision_peak_bytes` (see `_Memory`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -49,6 +52,7 @@ DEFAULT_RECIPE: dict[str, Any] = {
     FS + ".partitioner": "optimal",
     FS + ".gather": "all",
     "model.family": "qwen2_5_vl",
+    "model.model_dir": "",
     "model.vision_depth": 2,
     "model.vision_hidden": 64,
     "model.vision_heads": 2,
@@ -66,6 +70,13 @@ DEFAULT_RECIPE: dict[str, Any] = {
     "train.weight_decay": 0.01,
     "train.seed": 0,
     "train.timeout_ms": 120000,
+}
+# family -> (config class, model class) in transformers.
+MODEL_CLASSES = {
+    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration"),
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
+    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
+    "qwen3_5": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration"),
 }
 TOKENS = dict(vision_start_token_id=2, vision_end_token_id=5, image_token_id=3, video_token_id=4)
 PATCH, TEMPORAL, MERGE = 14, 2, 2
@@ -173,15 +184,15 @@ def tiny_model(recipe: dict) -> torch.nn.Module:
     width = int(recipe["model.vision_hidden"])
     if family == "qwen2_vl":
         vision.update(embed_dim=width, hidden_size=hidden, mlp_ratio=2)
-        names = ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration")
+        names = MODEL_CLASSES["qwen2_vl"]
     else:
         vision.update(hidden_size=width, intermediate_size=2 * width, out_hidden_size=hidden)
         if family == "qwen2_5_vl":
             vision.update(window_size=4 * PATCH * MERGE, fullatt_block_indexes=[vision["depth"] - 1])
-            names = ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration")
+            names = MODEL_CLASSES["qwen2_5_vl"]
         elif family == "qwen3_vl":
             vision.update(num_position_embeddings=64, deepstack_visual_indexes=[0])
-            names = ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration")
+            names = MODEL_CLASSES["qwen3_vl"]
         else:
             vision.update(num_position_embeddings=64)
             layers = int(recipe["model.text_layers"])
@@ -196,33 +207,87 @@ def tiny_model(recipe: dict) -> torch.nn.Module:
                 linear_value_head_dim=hidden // 4,
             )
             text["rope_parameters"]["partial_rotary_factor"] = 1.0
-            names = ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration")
+            names = MODEL_CLASSES["qwen3_5"]
     config = getattr(transformers, names[0])(text_config=text, vision_config=vision, **TOKENS)
     torch.manual_seed(int(recipe["train.seed"]))
     return getattr(transformers, names[1])._from_config(config, attn_implementation="sdpa")
 
 
-def make_batch(recipe: dict, step: int) -> dict:
+def checkpoint_family(model_dir: str) -> str:
+    """The family (model_type of config.json) of a Hugging Face checkpoint directory."""
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(path):
+        raise FrameshardError("frameshard train: model.model_dir: expected a checkpoint with config.json, got %r" % model_dir)
+    with open(path, encoding="utf-8") as f:
+        family = str(json.load(f).get("model_type", ""))
+    if family not in MODEL_CLASSES:
+        raise FrameshardError(
+            "frameshard train: model.model_dir: expected a checkpoint of model_type %s, got %r in %s"
+            % (", ".join(FAMILIES), family, path)
+        )
+    return family
+
+
+def checkpoint_model(model_dir: str) -> torch.nn.Module:
+    """The ...ForConditionalGeneration of a checkpoint directory (model.model_dir) with its
+    weights, float32, SDPA attention."""
+    import transformers  # noqa: PLC0415
+
+    cls = getattr(transformers, MODEL_CLASSES[checkpoint_family(model_dir)][1])
+    return cls.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """What a batch takes from the model's config: its placeholder token ids, the range of ids
+    the random text draws from (below every special id), and the patch layout of pixel_values."""
+
+    image_token_id: int
+    vision_start_token_id: int
+    vision_end_token_id: int
+    text_ids: tuple[int, int]
+    patch: int
+    temporal: int
+    merge: int
+    channels: int
+
+    @staticmethod
+    def of(config: Any) -> "Geometry":
+        ids = {k: int(getattr(config, k)) for k in ("image_token_id", "vision_start_token_id", "vision_end_token_id")}
+        special = [v for v in list(ids.values()) + [int(getattr(config, "video_token_id", 0) or 0)] if v >= 10]
+        vision = config.vision_config
+        return Geometry(
+            **ids,
+            text_ids=(10, min([int(config.text_config.vocab_size)] + special)),
+            patch=int(vision.patch_size),
+            temporal=int(vision.temporal_patch_size),
+            merge=int(vision.spatial_merge_size),
+            channels=int(getattr(vision, "in_channels", 3)),
+        )
+
+
+def make_batch(recipe: dict, step: int, geo: Geometry) -> dict:
     """Step `step`'s batch (the same on every rank): each medium of the preset after
     data.text_tokens text tokens, a video's frames as consecutive images."""
     from .plan import workload  # noqa: PLC0415
 
     media = workload(str(recipe["data.preset"]), int(recipe["data.seed"]) + step, int(recipe["data.scale"]))
     gen = torch.Generator().manual_seed(1000 + step)
-    vocab, text = int(recipe["model.vocab_size"]), int(recipe["data.text_tokens"])
+    low, high = geo.text_ids
+    text = int(recipe["data.text_tokens"])
     ids: list[int] = []
     for t, h, w in media:
-        ids += torch.randint(10, vocab, (text,), generator=gen).tolist()
-        frame = [TOKENS["vision_start_token_id"]] + [TOKENS["image_token_id"]] * (h * w // MERGE**2)
-        ids += (frame + [TOKENS["vision_end_token_id"]]) * t
-    ids += torch.randint(10, vocab, (text,), generator=gen).tolist()
+        ids += torch.randint(low, high, (text,), generator=gen).tolist()
+        frame = [geo.vision_start_token_id] + [geo.image_token_id] * (h * w // geo.merge**2)
+        ids += (frame + [geo.vision_end_token_id]) * t
+    ids += torch.randint(low, high, (text,), generator=gen).tolist()
     input_ids = torch.tensor([ids])
     grid = [(1, h, w) for t, h, w in media for _ in range(t)]
     rows = sum(h * w for _, h, w in grid)
     return dict(
         input_ids=input_ids,
-        mm_token_type_ids=(input_ids == TOKENS["image_token_id"]).long(),
-        pixel_values=torch.randn(rows, 3 * TEMPORAL * PATCH * PATCH, generator=gen),
+        mm_token_type_ids=(input_ids == geo.image_token_id).long(),
+        pixel_values=torch.randn(rows, geo.channels * geo.temporal * geo.patch**2, generator=gen),
         image_grid_thw=torch.tensor(grid, dtype=torch.int64),
     )
 
@@ -286,20 +351,21 @@ class _VisionTimer:
         return (m["f1"] - m["f0"]) + (m.get("b1", 0.0) - m.get("b0", 0.0))
 
 
-def _step_loss(model: Any, cp: Any, batch: dict) -> torch.Tensor:
+def _step_loss(model: Any, cp: Any, batch: dict, image_token_id: int) -> torch.Tensor:
     """This rank's loss: labels are the tokens, -100 at the image tokens."""
-    labels = batch["input_ids"].masked_fill(batch["input_ids"] == TOKENS["image_token_id"], -100)
+    labels = batch["input_ids"].masked_fill(batch["input_ids"] == image_token_id, -100)
     if cp is not None:
         return cp(**batch, labels=labels).loss
     logits = model(**batch).logits[0, :-1]
     return torch.nn.functional.cross_entropy(logits.float(), labels[0, 1:], ignore_index=-100)
 
 
-def _row_bytes(model: Any, recipe: dict) -> int:
-    """Bytes of one visual row as the vision module returns it: the embedding, and for the
-    Qwen3-VL model here its one DeepStack feature (float32)."""
+def _row_bytes(model: Any) -> int:
+    """Bytes of one visual row as the vision module returns it: the embedding and, for Qwen3-VL,
+    its DeepStack features (float32)."""
     hidden = int(model.config.text_config.hidden_size)
-    return hidden * 4 * (2 if recipe["model.family"] == "qwen3_vl" else 1)
+    deepstack = len(getattr(model.config.vision_config, "deepstack_visual_indexes", None) or [])
+    return hidden * 4 * (1 + deepstack)
 
 
 def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharded: bool, progress: bool) -> None:
@@ -321,7 +387,11 @@ def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharde
         dist.init_process_group(backend, store=dist.FileStore(store, world), rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout))
         group = dist.group.WORLD
-    model = tiny_model(recipe).to(device)
+    if recipe["model.model_dir"]:
+        model = checkpoint_model(str(recipe["model.model_dir"])).to(device)
+    else:
+        model = tiny_model(recipe).to(device)
+    geo = Geometry.of(model.config)
     memory = _Memory(device)
     timer = _VisionTimer(model.model.visual, memory)
     cp = None
@@ -334,11 +404,11 @@ def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharde
     )
     series: dict[str, list] = {"step_seconds": [], "vision_seconds": [], "losses": [], "visual_rows": []}
     for step in range(int(recipe["train.steps"])):
-        batch = {k: v.to(device) for k, v in make_batch(recipe, step).items()}
+        batch = {k: v.to(device) for k, v in make_batch(recipe, step, geo).items()}
         memory.reset()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = _step_loss(model, cp, batch)
+        loss = _step_loss(model, cp, batch, geo.image_token_id)
         loss.backward()
         total = loss.detach().clone()
         if world > 1:
@@ -352,13 +422,13 @@ def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharde
         series["step_seconds"].append(time.perf_counter() - start)
         series["vision_seconds"].append(timer.seconds())
         series["losses"].append(float(total))
-        series["visual_rows"].append(int((batch["input_ids"] == TOKENS["image_token_id"]).sum()))
+        series["visual_rows"].append(int((batch["input_ids"] == geo.image_token_id).sum()))
         if progress and rank == 0:
             print("  %-10s step %3d/%d  loss %.6f  step %.3f s  vision %.3f s"
                   % ("sharded" if sharded else "replicated", step + 1, int(recipe["train.steps"]), float(total),
                      series["step_seconds"][-1], series["vision_seconds"][-1]), flush=True)
     series.update(peak_bytes=memory.peak(), vision_peak_bytes=timer.rise,
-                  visual_row_bytes=_row_bytes(model, recipe))
+                  visual_row_bytes=_row_bytes(model))
     with open(os.path.join(out, "rank%d.json" % rank), "w") as f:
         json.dump(series, f)
     if world > 1:
@@ -399,21 +469,40 @@ def run_arm(recipe: dict, sharded: bool, progress: bool = True) -> list[dict]:
         return results
 
 
+def write_plot(path: str, arms: dict, recipe: dict) -> None:
+    """The C++ ab's SVG (frameshard._C.ab_plot_svg): both arms' per-step losses and step times."""
+    from . import _C  # noqa: PLC0415
+
+    title = "python -m frameshard ab: %s, CP %d, preset %s" % (
+        recipe["model.family"], recipe["distributed.cp_size"], recipe["data.preset"])
+    series = [(name, arm["losses"], arm["step_seconds"]) for name, arm in arms.items()]
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(_C.ab_plot_svg(series, title))
+    except OSError as e:
+        raise FrameshardError("frameshard ab: --plot: expected a writable file, got %r (%s)" % (path, e)) from None
+
+
 def main(args: Any, overrides: list[tuple[str, str]]) -> int:
     """`python -m frameshard train|ab` (see __main__): prints progress, the table or --json."""
     recipe, ignored = resolve_recipe(
         args.config,
         overrides,
-        **{"distributed.cp_size": args.cp, "train.steps": args.steps, "model.family": args.family},
+        **{"distributed.cp_size": args.cp, "train.steps": args.steps, "model.family": args.family,
+           "model.model_dir": args.model_dir},
     )
+    if recipe["model.model_dir"]:
+        # The checkpoint's family and sizes; the recipe's model sizes are unused.
+        recipe["model.family"] = checkpoint_family(str(recipe["model.model_dir"]))
     if args.print_config:
         print(json.dumps(recipe, indent=1, sort_keys=True))
         return 0
     progress = not args.json
     say = (lambda *a: print(*a, flush=True)) if progress else (lambda *a: None)
-    say("frameshard %s: %s, CP %d, %d steps, preset %s (scale %d), tiny random model"
+    say("frameshard %s: %s, CP %d, %d steps, preset %s (scale %d), %s"
         % (args.command, recipe["model.family"], recipe["distributed.cp_size"], recipe["train.steps"],
-           recipe["data.preset"], recipe["data.scale"]))
+           recipe["data.preset"], recipe["data.scale"],
+           "checkpoint %s" % recipe["model.model_dir"] if recipe["model.model_dir"] else "tiny random model"))
     if ignored:
         say("ignored recipe keys (not used by the Python commands): %s" % ", ".join(sorted(ignored)))
     wanted = [False, True] if args.command == "ab" else [bool(recipe[FS + ".enabled"])]
@@ -424,6 +513,9 @@ def main(args: Any, overrides: list[tuple[str, str]]) -> int:
         say("arm %s:" % name)
         arms[name] = summarize(run_arm(recipe, sharded, progress), sharded)
     ratios = compare(arms["replicated"], arms["sharded"]) if len(arms) == 2 else None
+    if args.command == "ab" and args.plot:
+        write_plot(args.plot, arms, recipe)
+        say("plot: %s" % args.plot)
     if args.json:
         print(json.dumps({**(ratios or {}), **arms, "family": recipe["model.family"], "recipe": recipe}, indent=1))
     else:

@@ -82,4 +82,5 @@ PYBIND11_MODULE(_C, m) {
   fp::init_config(m);
   fp::init_plan(m);
   fp::init_runtime(m);
+  fp::init_report(m);
 }

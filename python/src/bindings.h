@@ -50,6 +50,8 @@ void init_calibrate(py::module_& m);
 void init_plan(py::module_& m);
 // bind_runtime.cpp: all_gather_rows, encode, encode_mesh (collectives).
 void init_runtime(py::module_& m);
+// bind_report.cpp: ab_plot_svg (the A/B plot).
+void init_report(py::module_& m);
 
 }  // namespace python
 }  // namespace frameshard

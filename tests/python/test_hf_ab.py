@@ -32,8 +32,20 @@ def frameshard(*args, check=True):
 
 
 @pytest.fixture(scope="module")
-def ab():
-    return json.loads(frameshard("ab", "--family", "qwen2_vl", "--cp", "2", "--json", *FAST).stdout)
+def plot(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("ab") / "ab.svg")
+
+
+@pytest.fixture(scope="module")
+def ab(plot):
+    return json.loads(frameshard("ab", "--family", "qwen2_vl", "--cp", "2", "--json", "--plot", plot, *FAST).stdout)
+
+
+def test_ab_plot_is_the_cpp_commands_svg(ab, plot):
+    with open(plot, encoding="utf-8") as f:
+        svg = f.read()
+    assert svg.startswith("<?xml") and "</svg>" in svg, svg[:200]
+    assert "replicated" in svg and "sharded" in svg and "qwen2_vl" in svg
 
 
 def test_ab_json(ab):
@@ -46,8 +58,12 @@ def test_ab_json(ab):
     print("ab qwen2_vl cp 2:", {k: ab[k] for k in sorted(RATIOS)})
 
 
-def test_cp2_equals_one_process(ab):
-    one = json.loads(frameshard("train", "--family", "qwen2_vl", "--cp", "1", "--json", *FAST).stdout)
+@pytest.fixture(scope="module")
+def one():
+    return json.loads(frameshard("train", "--family", "qwen2_vl", "--cp", "1", "--json", *FAST).stdout)
+
+
+def test_cp2_equals_one_process(ab, one):
     losses = one["unsharded"]["losses"]
     for arm in ("replicated", "sharded"):
         diff = max(abs(a - b) for a, b in zip(losses, ab[arm]["losses"]))
@@ -63,3 +79,21 @@ def test_recipe_and_errors():
     assert recipe["data.preset"] == "video" and recipe["train.steps"] == 3  # a C++ recipe, overridden
     bad = frameshard("train", "--print-config", "--nonsense.key", "1", check=False)
     assert bad.returncode == 2 and "error: frameshard train: expected a recipe key, got 'nonsense.key'" in bad.stderr
+
+
+def test_model_dir_trains_the_checkpoints_weights(one, tmp_path):
+    # The tiny model of another seed, saved as a checkpoint and trained with the default seed: the
+    # losses of that seed's tiny model only if the checkpoint's weights (not new random ones of
+    # train.seed) are the ones trained; its config gives the family and the token ids.
+    from frameshard import hf_ab
+
+    recipe, _ = hf_ab.resolve_recipe(None, [], **{"model.family": "qwen2_vl", "train.seed": 7})
+    hf_ab.tiny_model(recipe).save_pretrained(str(tmp_path))
+    got = json.loads(frameshard("train", "--model-dir", str(tmp_path), "--cp", "1", "--json", *FAST).stdout)
+    seed7 = json.loads(frameshard("train", "--family", "qwen2_vl", "--train.seed", "7", "--cp", "1", "--json", *FAST).stdout)
+    assert got["family"] == "qwen2_vl"
+    losses, want = got["unsharded"]["losses"], seed7["unsharded"]["losses"]
+    assert max(abs(a - b) for a, b in zip(losses, want)) <= 1e-6, (losses, want)
+    assert losses != one["unsharded"]["losses"], losses  # not the default seed's random weights
+    bad = frameshard("train", "--model-dir", str(tmp_path / "missing"), "--cp", "1", check=False)
+    assert bad.returncode != 0 and "model.model_dir: expected a checkpoint with config.json" in bad.stderr, bad.stderr
