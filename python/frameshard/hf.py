@@ -138,10 +138,16 @@ def unwrap_module(module: Any) -> Any:
 def family_of(module: Any) -> Optional[str]:
     """The supported family of a vision module, from its class hierarchy (so a subclass and
     FSDP2's generated FSDP<Class> count), or None."""
+    return transformers_class_entry(module, SUPPORTED_VISION_MODULES)
+
+
+def transformers_class_entry(module: Any, table: dict) -> Any:
+    """`table[name]` for the first class in `module`'s class hierarchy that is a transformers
+    class named in `table` (so a subclass and FSDP2's generated FSDP<Class> count), or None."""
     for cls in type(module).__mro__:
-        family = SUPPORTED_VISION_MODULES.get(cls.__name__)
-        if family is not None and cls.__module__.startswith("transformers."):
-            return family
+        entry = table.get(cls.__name__)
+        if entry is not None and cls.__module__.startswith("transformers."):
+            return entry
     return None
 
 

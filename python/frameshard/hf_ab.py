@@ -459,8 +459,8 @@ def run_arm(recipe: dict, sharded: bool, progress: bool = True) -> list[dict]:
                 p.join()
         if failed:
             raise FrameshardError(
-                "frameshard %s: expected every rank to finish, got rank %d exit code %s"
-                % ("ab" if progress is not None else "train", failed[0][0], failed[0][1])
+                "frameshard train: expected every rank of the %s arm to finish, got rank %d exit code %s"
+                % ("sharded" if sharded else "replicated", failed[0][0], failed[0][1])
             )
         results = []
         for r in range(world):

@@ -288,10 +288,9 @@ def find_language_model(model: Any, fn: str = "context_parallel") -> torch.nn.Mo
 
 
 def _text_family(module: Any) -> Optional[str]:
-    for cls in type(module).__mro__:
-        if cls.__name__ in TEXT_MODELS and cls.__module__.startswith("transformers."):
-            return TEXT_MODELS[cls.__name__]
-    return None
+    from .hf import transformers_class_entry  # noqa: PLC0415  (hf re-exports this module)
+
+    return transformers_class_entry(module, TEXT_MODELS)
 
 
 def _register() -> None:

@@ -51,7 +51,7 @@ import torch.distributed as dist
 
 from ._C import FrameshardError
 from .config import FrameShardingConfig
-from .hf import _STATE, _reraise, _skipped_by_compile, unwrap_module
+from .hf import _STATE, _reraise, _skipped_by_compile, transformers_class_entry, unwrap_module
 from .shard import Mesh, Timeout, resolve_group, shard_vision
 from .towers import TowerDims, cost_model, tower_dims
 
@@ -115,10 +115,9 @@ def features_model(model: Any) -> Optional[tuple[torch.nn.Module, _Family]]:
     or holds (at `.model`) a model of FAMILIES, else None."""
     root = unwrap_module(model)
     for candidate in (root, getattr(root, "model", None)):
-        for cls in type(candidate).__mro__ if candidate is not None else ():
-            family = FAMILIES.get(cls.__name__)
-            if family is not None and cls.__module__.startswith("transformers."):
-                return candidate, family
+        family = transformers_class_entry(candidate, FAMILIES) if candidate is not None else None
+        if family is not None:
+            return candidate, family
     return None
 
 
