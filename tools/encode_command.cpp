@@ -169,6 +169,12 @@ PlanOptions encode_plan_options(
   // model), its windows (pieces must end on window rows) and its layout.
   PlanOptions o = plan_options(c, models::tower_dims(config));
   o.layout = models::media_layout(config);
+  FRAMESHARD_CHECK(
+      !o.split.enabled || models::takes_pieces(config),
+      "encode",
+      "expected frame_sharding.split_frames false for a ",
+      models::to_string(config.family()),
+      " tower (it does not take pieces of split frames), got true");
   // The user asked for N ranks: always take the sharded path.
   apply_shard_options(o, a.nproc, a.partitioner, a.min_local_patch_rows);
   return o;

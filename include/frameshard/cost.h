@@ -13,7 +13,7 @@
 //   attention (QK^T and AV)   2*p^2*d (full) or 2*p*min(p, window)*d
 // and per merger (the patch merger, and each of Qwen3-VL's DeepStack
 // mergers: an MLP d*m^2 -> d*m^2 -> o on every merged token of m^2 patches)
-//   p*d*(d*m^2 + o)
+//   p*d*(d*m^2 + o)   (with an inner width h instead of d*m^2: p*h*(d + o/m^2))
 // Summed over the tower and divided by 2*d*L_full (L_full = layers with
 // full attention) this is
 //   a = 1, b = (depth * (2d + f) + M * (d*m^2 + o) / 2) / L_full  (plain)
@@ -22,6 +22,10 @@
 // M mergers of output width o. Patch embedding is not counted (under 1 %
 // of the tower for every preset). Qwen3-VL (d 1152, f 4304, plain, 27
 // layers, 4 mergers to transformers' default o = 3584): alpha = 6608 + 606.8.
+// A tower whose frames carry P prefix tokens (RADIO's cls and register
+// tokens) runs its layers on p + P tokens and its mergers on p:
+//   cost(p) = (p + P)^2 + b_layers (p + P) + b_mergers p
+//           = p^2 + (2P + b) p + (P^2 + b_layers P),  b = b_layers + b_mergers
 // The presets are transformers' class defaults (out_hidden 3584); a loaded
 // checkpoint or module costs its own sizes (frameshard/models/cost_bridge.h,
 // the Python package's frameshard.tower_dims).
@@ -73,6 +77,12 @@ struct TowerDims {
   int64_t mergers = 0;
   int64_t merge_size = 2;
   int64_t out_hidden = 0;
+  // The mergers' inner width: 0 for Qwen's d*m^2; Nemotron Omni's projector
+  // (after the 2 x 2 pixel shuffle) is d*m^2 -> projector_hidden_size -> o.
+  int64_t merger_hidden = 0;
+  // Prefix tokens every frame carries through every layer (RADIO's cls and
+  // register tokens: num_cls_tokens + num_registers); 0 for Qwen towers.
+  int64_t prefix_tokens = 0;
 
   int64_t full_layers() const;    // layers with full attention
   int64_t window_layers() const;  // depth - full_layers()
@@ -81,7 +91,8 @@ struct TowerDims {
 };
 
 /// Named presets: "qwen2-vl", "qwen2.5-vl", "qwen3-vl" (8B/32B/30B-A3B/235B),
-/// "qwen3-vl-small" (2B/4B), "qwen3.5". Throws frameshard::Error listing the
+/// "qwen3-vl-small" (2B/4B), "qwen3.5", "radio" (Nemotron Omni's C-RADIO
+/// with its pixel shuffle and projector). Throws frameshard::Error listing the
 /// names for an unknown one.
 const TowerDims& tower_preset(const std::string& name);
 std::vector<std::string> tower_preset_names();

@@ -68,6 +68,18 @@ const std::vector<TowerDims>& presets() {
       t.out_hidden = 3584;  // transformers' default
       v.push_back(t);
     }
+    {
+      TowerDims t;  // Nemotron Omni's RADIO (transformers' RadioConfig)
+      t.name = "radio";
+      t.depth = 32;
+      t.hidden = 1280;
+      t.intermediate = 5120;    // mlp_ratio 4
+      t.mergers = 1;            // pixel shuffle 2 x 2, then the projector
+      t.merger_hidden = 4096;   // projector_hidden_size: transformers' default
+      t.out_hidden = 4096;      // NemotronHConfig.hidden_size: its default
+      t.prefix_tokens = 3 + 7;  // num_cls_tokens + num_registers
+      v.push_back(t);
+    }
     return v;
   }();
   return kPresets;
@@ -180,8 +192,14 @@ std::string TowerDims::describe() const {
        << " full-attention layers";
   }
   if (mergers > 0) {
-    os << ", " << mergers << (mergers == 1 ? " merger" : " mergers") << " to "
-       << out_hidden;
+    os << ", " << mergers << (mergers == 1 ? " merger" : " mergers");
+    if (merger_hidden > 0) {
+      os << " of width " << merger_hidden;
+    }
+    os << " to " << out_hidden;
+  }
+  if (prefix_tokens > 0) {
+    os << ", " << prefix_tokens << " prefix tokens per frame";
   }
   return os.str();
 }
@@ -314,20 +332,36 @@ CostModel flop_cost_model(const TowerDims& tower) {
       tower.merge_size,
       ", out_hidden=",
       tower.out_hidden);
+  FRAMESHARD_CHECK(
+      tower.prefix_tokens >= 0 && tower.merger_hidden >= 0,
+      fn,
+      "expected ",
+      tower.name,
+      ".prefix_tokens >= 0 and .merger_hidden >= 0, got ",
+      tower.prefix_tokens,
+      " and ",
+      tower.merger_hidden);
   const double d = static_cast<double>(tower.hidden);
   const double f = static_cast<double>(tower.intermediate);
   const double per_layer = 2.0 * d + (tower.gated_mlp ? 1.5 * f : f);
   const double mm = static_cast<double>(tower.merge_size * tower.merge_size);
+  // p/m^2 merged tokens through d*m^2 -> h -> o, in units of 2d: with
+  // Qwen's h = d*m^2 this is (d*m^2 + o) / 2 per patch.
+  const double h = tower.merger_hidden > 0
+                       ? static_cast<double>(tower.merger_hidden)
+                       : d * mm;
   const double per_merger =
-      (d * mm + static_cast<double>(tower.out_hidden)) / 2.0;
+      h * (d * mm + static_cast<double>(tower.out_hidden)) / (mm * 2.0 * d);
   const double full = static_cast<double>(tower.full_layers());
   CostModel m;
   m.a = 1.0;
-  m.b = (static_cast<double>(tower.depth) * per_layer +
-         static_cast<double>(tower.mergers) * per_merger) /
-        full;
+  const double layers = static_cast<double>(tower.depth) * per_layer / full;
+  const double mergers = static_cast<double>(tower.mergers) * per_merger / full;
+  // Prefix tokens: (p + P)^2 + layers (p + P) + mergers p (see the banner).
+  const double prefix = static_cast<double>(tower.prefix_tokens);
+  m.b = layers + mergers + 2.0 * prefix;
   m.seconds_per_unit = 12.0 * d * full / kAssumedTowerFlops;
-  m.c = 0.0;
+  m.c = prefix * prefix + layers * prefix;
   if (tower.window_patches > 0 && tower.window_layers() > 0) {
     m.window_coef = static_cast<double>(tower.window_layers()) / full;
     m.window = tower.window_patches;

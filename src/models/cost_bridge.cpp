@@ -54,6 +54,20 @@ TowerDims tower_dims(const Qwen3VLVisionConfig& c) {
   return d;
 }
 
+TowerDims tower_dims(const RadioVisionConfig& c) {
+  TowerDims d;
+  d.name = "radio";
+  d.depth = c.depth;
+  d.hidden = c.hidden_size;
+  d.intermediate = c.intermediate_size();
+  d.mergers = 1;  // the pixel shuffle and the projector
+  d.merge_size = c.spatial_merge_size;
+  d.merger_hidden = c.projector_hidden_size;
+  d.out_hidden = c.out_hidden_size;
+  d.prefix_tokens = c.prefix_tokens();
+  return d;
+}
+
 TowerDims tower_dims(const QwenVisionConfig& c) {
   TowerDims d = c.visit([](const auto& v) { return tower_dims(v); });
   // Qwen3.5's tower is Qwen3-VL's: only the preset name differs.
@@ -69,6 +83,10 @@ MediaLayout media_layout(const QwenVisionConfig& c) {
   l.spatial_merge_size = c.spatial_merge_size();
   l.temporal_patch_size = c.temporal_patch_size();
   return l;
+}
+
+bool takes_pieces(const QwenVisionConfig& c) {
+  return c.family() != QwenFamily::kRadio;
 }
 
 int64_t split_window_side(const QwenVisionConfig& c) {

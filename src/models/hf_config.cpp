@@ -6,6 +6,7 @@
 #include "core/json_text.h"
 #include "models/file_checks.h"
 #include "models/json_fields.h"
+#include "models/radio_json.h"
 #include "tower/check.h"
 
 #include <nlohmann/json.hpp>
@@ -94,6 +95,25 @@ const std::vector<Field<Qwen3VLVisionConfig>>& fields_of(
   return kFields;
 }
 
+const std::vector<Field<RadioVisionConfig>>& fields_of(
+    const RadioVisionConfig&) {
+  return detail::radio_vision_fields();
+}
+
+// Fields outside vision_config: only Nemotron Omni's vision chain has them
+// (radio_json.h); the Qwen towers are described by vision_config alone.
+template <typename C>
+void read_outer(const json&, C&, const std::string&) {}
+void read_outer(
+    const json& j, RadioVisionConfig& c, const std::string& source) {
+  detail::read_radio_outer(j, c, source, kParseFn);
+}
+template <typename C>
+void write_outer(json&, const C&) {}
+void write_outer(json& j, const RadioVisionConfig& c) {
+  detail::write_radio_outer(j, c, kWriteFn);
+}
+
 // The model types frameshard reads: each one's family (by its defaults)
 // and whether its tower has DeepStack.
 struct ModelType {
@@ -110,6 +130,7 @@ const std::vector<ModelType>& model_types() {
       {"qwen3_vl_moe", Qwen3VLVisionConfig{}, true},
       {"qwen3_5", Qwen3VLVisionConfig{}, false},
       {"qwen3_5_moe", Qwen3VLVisionConfig{}, false},
+      {"nemotron_h_omni", RadioVisionConfig{}, false},
   };
   return kTypes;
 }
@@ -139,9 +160,26 @@ const ModelType& find_model_type(
       false,
       fn,
       "expected model_type qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, "
-      "qwen3_5 or qwen3_5_moe (or its \"_vision\" config)",
+      "qwen3_5 or qwen3_5_moe (or its \"_vision\" config), or "
+      "nemotron_h_omni",
       where,
       ", got \"",
+      model_type,
+      "\"");
+}
+
+// Nemotron Omni's vision chain spans the whole config (vision_config,
+// text_config, the projector's fields): it has no bare vision config.
+void check_not_bare_radio(
+    const ModelType& type,
+    bool bare,
+    const char* fn,
+    const std::string& model_type) {
+  FRAMESHARD_TORCH_CHECK(
+      !bare || type.defaults.index() != static_cast<size_t>(QwenFamily::kRadio),
+      fn,
+      "expected model_type nemotron_h_omni (its vision chain reads "
+      "text_config and the projector's fields), got \"",
       model_type,
       "\"");
 }
@@ -246,6 +284,7 @@ QwenVisionConfig parse_qwen_vision_config(
   const ModelType& type =
       find_model_type(model_type, kParseFn, " in " + source);
   const bool bare = is_bare(model_type);
+  check_not_bare_radio(type, bare, kParseFn, model_type);
 
   QwenVisionConfig cfg(type.defaults, model_type);
   const detail::FieldReader reader(
@@ -255,6 +294,7 @@ QwenVisionConfig parse_qwen_vision_config(
       kParseFn);
   cfg.visit([&](auto& c) {
     detail::read_fields(reader, fields_of(c), c, type.deepstack);
+    read_outer(j, c, source);
     check_patch_features(
         c, kParseFn, bare ? "" : "vision_config.", " in " + source);
   });
@@ -283,6 +323,7 @@ std::string qwen_vision_config_json(const QwenVisionConfig& config) {
       to_string(family),
       ")");
   const bool bare = is_bare(config.model_type);
+  check_not_bare_radio(type, bare, kWriteFn, config.model_type);
 
   json vision = json::object();
   detail::FieldWriter writer(vision, bare ? "" : "vision_config", kWriteFn);
@@ -291,6 +332,7 @@ std::string qwen_vision_config_json(const QwenVisionConfig& config) {
     check_patch_features(c, kWriteFn, bare ? "" : "vision_config.", "");
   });
   json j = bare ? vision : json{{"vision_config", vision}};
+  config.visit([&](const auto& c) { write_outer(j, c); });
   j["model_type"] = config.model_type;
   return j.dump(2) + "\n";
 }

@@ -5,6 +5,8 @@
 
 #include "tower/check.h"
 
+#include <algorithm>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -101,18 +103,43 @@ struct Mismatches {
   }
 };
 
-// Compares the checkpoint's tensors under `prefix` with `params`; counts
-// the others in report.ignored.
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool any_of(
+    const std::vector<std::string>& list,
+    const std::function<bool(const std::string&)>& pred) {
+  return std::any_of(list.begin(), list.end(), pred);
+}
+
+// Whether checkpoint tensor `n` belongs to the tower: under the prefix, and
+// for a scoped tower under one of its roots.
+bool in_tower(
+    const std::string& n, const std::string& prefix, const WeightScope& scope) {
+  return starts_with(n, prefix) &&
+         (scope.roots.empty() || any_of(scope.roots, [&](const std::string& r) {
+            return starts_with(n, r);
+          }));
+}
+
+// Compares the checkpoint's tensors of the tower with `params`; counts the
+// others (and the scope's unused ones) in report.ignored. `found`: the
+// parameters the checkpoint holds.
 Mismatches compare(
     const SafetensorsCheckpoint& ckpt,
     const std::vector<std::string>& names,
     const std::map<std::string, at::Tensor>& params,
-    WeightLoadReport& report) {
+    const WeightScope& scope,
+    WeightLoadReport& report,
+    std::set<std::string>& found) {
   const std::string& prefix = report.prefix;
   Mismatches m;
-  std::set<std::string> found;
   for (const auto& n : names) {
-    if (!starts_with(n, prefix)) {
+    const bool unused =
+        any_of(scope.unused, [&](const std::string& u) { return n == u; });
+    if (!in_tower(n, prefix, scope) || unused) {
       ++report.ignored;
       continue;
     }
@@ -134,7 +161,10 @@ Mismatches compare(
     }
   }
   for (const auto& kv : params) {
-    if (!found.count(kv.first)) {
+    const bool optional = any_of(scope.optional, [&](const std::string& o) {
+      return ends_with(kv.first, o);
+    });
+    if (!found.count(kv.first) && !optional) {
       m.missing.push_back(prefix + kv.first);
     }
   }
@@ -147,7 +177,8 @@ WeightLoadReport load_vision_weights(
     torch::nn::Module& module,
     const SafetensorsCheckpoint& ckpt,
     const QwenLoadOptions& options,
-    const std::string& what) {
+    const std::string& what,
+    const WeightScope& scope) {
   const at::ScalarType dtype = options.dtype;
   FRAMESHARD_TORCH_CHECK(
       dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf ||
@@ -158,14 +189,27 @@ WeightLoadReport load_vision_weights(
   const std::vector<std::string> names = ckpt.names();
   WeightLoadReport report;
   report.files = ckpt.files();
-  report.prefix = options.prefix.empty() ? detect_prefix(names, ckpt, what)
-                                         : options.prefix;
+  FRAMESHARD_TORCH_CHECK(
+      scope.roots.empty() || options.prefix.empty(),
+      kLoadFn,
+      "expected no QwenLoadOptions::prefix for the ",
+      what,
+      " (its tensors sit at the checkpoint's top level), got \"",
+      options.prefix,
+      "\"");
+  if (!scope.roots.empty()) {
+    report.prefix.clear();
+  } else {
+    report.prefix = options.prefix.empty() ? detect_prefix(names, ckpt, what)
+                                           : options.prefix;
+  }
 
   std::map<std::string, at::Tensor> params;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     params.emplace(item.key(), item.value());
   }
-  const Mismatches bad = compare(ckpt, names, params, report);
+  std::set<std::string> found;
+  const Mismatches bad = compare(ckpt, names, params, scope, report, found);
   FRAMESHARD_TORCH_CHECK(
       bad.empty(),
       kLoadFn,
@@ -183,6 +227,10 @@ WeightLoadReport load_vision_weights(
   module.to(dtype);
   torch::NoGradGuard no_grad;
   for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (!found.count(item.key())) {
+      ++report.defaulted;  // an optional parameter (compare checked it)
+      continue;
+    }
     item.value().copy_(ckpt.read(report.prefix + item.key()).to(dtype));
     ++report.loaded;
   }

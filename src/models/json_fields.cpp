@@ -22,13 +22,20 @@ using json_detail::json_excerpt;
 // The rules both directions share. The upper bounds keep a hostile
 // config.json from sizing the tower (hf_config.h).
 int64_t integer_limit(const char* key) {
-  return std::string(key) == "depth" ? kMaxVisionDepth : kMaxVisionInteger;
+  const std::string k(key);
+  return k == "depth" || k == "num_hidden_layers" ? kMaxVisionDepth
+                                                  : kMaxVisionInteger;
 }
-bool valid_integer(int64_t v, const char* key) {
-  return v >= 1 && v <= integer_limit(key);
+// kCount fields (prefix token counts) may be 0, the others not.
+int64_t integer_floor(FieldKind kind) {
+  return kind == FieldKind::kCount ? 0 : 1;
 }
-std::string integer_rule(const char* key) {
-  return "an integer in [1, " + std::to_string(integer_limit(key)) + "]";
+bool valid_integer(int64_t v, const char* key, FieldKind kind) {
+  return v >= integer_floor(kind) && v <= integer_limit(key);
+}
+std::string integer_rule(const char* key, FieldKind kind) {
+  return "an integer in [" + std::to_string(integer_floor(kind)) + ", " +
+         std::to_string(integer_limit(key)) + "]";
 }
 bool valid_number(double v, const char* key) {
   // Non-finite numbers have no JSON form (they would be written as null);
@@ -56,7 +63,8 @@ void check_kind(bool ok, const char* fn, const std::string& name) {
 }
 
 bool integer_kind(FieldKind kind) {
-  return kind == FieldKind::kInteger || kind == FieldKind::kSize;
+  return kind == FieldKind::kInteger || kind == FieldKind::kSize ||
+         kind == FieldKind::kCount;
 }
 bool number_kind(FieldKind kind) {
   return kind == FieldKind::kNumber || kind == FieldKind::kRopeTheta;
@@ -90,7 +98,7 @@ void FieldReader::read(const char* key, FieldKind kind, int64_t& out) const {
   if (kind == FieldKind::kSize) {
     size(key, out);
   } else {
-    integer(key, out);
+    integer(key, kind, out);
   }
 }
 
@@ -149,18 +157,18 @@ void FieldReader::read(
   out = values;
 }
 
-void FieldReader::integer(const char* key, int64_t& out) const {
+void FieldReader::integer(const char* key, FieldKind kind, int64_t& out) const {
   const json* v = find(key);
   if (!v) {
     return;
   }
   FRAMESHARD_TORCH_CHECK(
-      v->is_number_integer() && valid_integer(v->get<int64_t>(), key),
+      v->is_number_integer() && valid_integer(v->get<int64_t>(), key, kind),
       fn_,
       "expected ",
       name(key),
       " to be ",
-      integer_rule(key),
+      integer_rule(key, kind),
       " in ",
       source_,
       ", got ",
@@ -171,13 +179,13 @@ void FieldReader::integer(const char* key, int64_t& out) const {
 void FieldReader::size(const char* key, int64_t& out) const {
   const json* v = find(key);
   if (!v || !v->is_array()) {
-    integer(key, out);
+    integer(key, FieldKind::kSize, out);
     return;
   }
   bool ok = !v->empty();
   for (size_t i = 0; ok && i < v->size(); ++i) {
     ok = (*v)[i].is_number_integer() && (*v)[i] == (*v)[0] &&
-         valid_integer((*v)[i].get<int64_t>(), key);
+         valid_integer((*v)[i].get<int64_t>(), key, FieldKind::kSize);
   }
   FRAMESHARD_TORCH_CHECK(
       ok,
@@ -185,7 +193,7 @@ void FieldReader::size(const char* key, int64_t& out) const {
       "expected ",
       name(key),
       " to be ",
-      integer_rule(key),
+      integer_rule(key, FieldKind::kSize),
       " or a list of equal ones in ",
       source_,
       ", got ",
@@ -257,12 +265,12 @@ std::string FieldWriter::name(const char* key) const {
 void FieldWriter::write(const char* key, FieldKind kind, int64_t value) {
   check_kind(integer_kind(kind), fn_, name(key));
   FRAMESHARD_TORCH_CHECK(
-      valid_integer(value, key),
+      valid_integer(value, key, kind),
       fn_,
       "expected ",
       name(key),
       " to be ",
-      integer_rule(key),
+      integer_rule(key, kind),
       ", got ",
       value);
   out_[key] = value;

@@ -31,6 +31,7 @@ namespace detail {
 
 enum class FieldKind {
   kInteger,    // an integer >= 1
+  kCount,      // an integer >= 0 (RADIO's cls and register token counts)
   kSize,       // an integer >= 1, or a list of equal ones (patch sizes)
   kNumber,     // a positive number
   kString,     // a string
@@ -73,7 +74,7 @@ class FieldReader {
  private:
   const nlohmann::json* find(const char* key) const;
   std::string name(const char* key) const;
-  void integer(const char* key, int64_t& out) const;
+  void integer(const char* key, FieldKind kind, int64_t& out) const;
   void size(const char* key, int64_t& out) const;
   void number(const char* key, double& out) const;
   void rope(double& theta) const;

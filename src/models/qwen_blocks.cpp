@@ -81,10 +81,14 @@ at::Tensor NormImpl::forward(const at::Tensor& x) {
   if (kind_ == NormKind::kLayerNorm) {
     return at::layer_norm(x, {dim_}, weight_, bias_, eps_);
   }
-  // HF's RMSNorm: normalise in float32, cast back, then scale.
+  // HF's RMSNorm: normalise in float32, cast back, then scale (Nemotron
+  // Omni's scales in float32 and casts the product).
   const at::ScalarType acc = accum_dtype(x.scalar_type());
   at::Tensor h = x.to(acc);
   h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  if (kind_ == NormKind::kRMSNormScaleInFloat) {
+    return (weight_.to(acc) * h).to(x.scalar_type());
+  }
   return weight_ * h.to(x.scalar_type());
 }
 
@@ -163,6 +167,9 @@ at::Tensor rotate_half(const at::Tensor& x) {
 // q or k [rows, heads, head_dim], rotated in the tables' dtype (float32, as
 // HF's apply_rotary_pos_emb_vision), returned in x's dtype.
 at::Tensor apply_rotary(const at::Tensor& x, const Rotary& r) {
+  if (!r.cos.defined()) {
+    return x;  // a tower without rotary (RADIO)
+  }
   const at::Tensor xf = x.to(r.cos.scalar_type());
   const at::Tensor cos = r.cos.unsqueeze(-2);
   const at::Tensor sin = r.sin.unsqueeze(-2);
@@ -302,11 +309,21 @@ VisionBlockImpl::VisionBlockImpl(
     int64_t mlp_hidden,
     NormKind norm,
     Activation act,
-    MlpStyle mlp) {
-  norm1_ = register_module("norm1", Norm(dim, norm));
-  norm2_ = register_module("norm2", Norm(dim, norm));
+    MlpStyle mlp,
+    double norm_eps,
+    bool layer_scale) {
+  norm1_ = register_module("norm1", Norm(dim, norm, norm_eps));
+  norm2_ = register_module("norm2", Norm(dim, norm, norm_eps));
   attn_ = register_module("attn", VisionAttention(dim, heads));
   mlp_ = register_module("mlp", VisionMlp(dim, mlp_hidden, act, mlp));
+  if (layer_scale) {  // HF registers them after the branch they scale
+    scale1_ =
+        register_module("layer_scale1", std::make_shared<torch::nn::Module>())
+            ->register_parameter("lambda1", at::ones({dim}));
+    scale2_ =
+        register_module("layer_scale2", std::make_shared<torch::nn::Module>())
+            ->register_parameter("lambda1", at::ones({dim}));
+  }
 }
 
 at::Tensor VisionBlockImpl::forward(
@@ -314,8 +331,10 @@ at::Tensor VisionBlockImpl::forward(
     const Rotary& rotary,
     const std::vector<int64_t>& cu,
     const SplitAttention& split) {
-  at::Tensor h = x + attn_->forward(norm1_(x), rotary, cu, split);
-  return h + mlp_(norm2_(h));
+  at::Tensor a = attn_->forward(norm1_(x), rotary, cu, split);
+  at::Tensor h = x + (scale1_.defined() ? a * scale1_ : a);
+  at::Tensor m = mlp_(norm2_(h));
+  return h + (scale2_.defined() ? m * scale2_ : m);
 }
 
 PatchMergerImpl::PatchMergerImpl(
@@ -372,7 +391,7 @@ double tower_parameters(const TowerSpec& s) {
 
 }  // namespace
 
-void check_tower_spec(const TowerSpec& spec) {
+void check_tower_spec(const TowerSpec& spec, bool rotary) {
   const TowerSpec& s = spec;
   // Before any module allocates: a config.json within every per-field limit
   // (depth 256, widths 65536) can still ask for terabytes.
@@ -419,11 +438,13 @@ void check_tower_spec(const TowerSpec& spec) {
       ", merge ",
       s.merge);
   FRAMESHARD_TORCH_CHECK(
-      s.heads > 0 && s.dim % s.heads == 0 && (s.dim / s.heads) % 4 == 0,
+      s.heads > 0 && s.dim % s.heads == 0 &&
+          (!rotary || (s.dim / s.heads) % 4 == 0),
       s.name,
       "expected num_heads dividing the width ",
       s.dim,
-      " into heads of a size divisible by 4 (2-D rotary), got num_heads ",
+      rotary ? " into heads of a size divisible by 4 (2-D rotary)" : "",
+      ", got num_heads ",
       s.heads);
 }
 
@@ -446,7 +467,14 @@ std::vector<std::shared_ptr<VisionBlockImpl>> register_blocks(
   std::vector<std::shared_ptr<VisionBlockImpl>> blocks;
   for (int64_t i = 0; i < spec.depth; ++i) {
     auto b = std::make_shared<VisionBlockImpl>(
-        spec.dim, spec.heads, spec.mlp_hidden, spec.norm, act, spec.mlp);
+        spec.dim,
+        spec.heads,
+        spec.mlp_hidden,
+        spec.norm,
+        act,
+        spec.mlp,
+        spec.norm_eps,
+        spec.layer_scale);
     list->push_back(b);
     blocks.push_back(b);
   }

@@ -37,9 +37,12 @@ at::Tensor activate(Activation act, const at::Tensor& x);
 
 // ------------------------------------------------------------ modules
 
-enum class NormKind { kLayerNorm, kRMSNorm };
+/// kRMSNorm: HF's Qwen RMSNorm (normalise in float32, cast back, scale);
+/// kRMSNormScaleInFloat: Nemotron Omni's (the scale also in float32, then
+/// cast back).
+enum class NormKind { kLayerNorm, kRMSNorm, kRMSNormScaleInFloat };
 
-/// LayerNorm (weight, bias) or HF's RMSNorm (weight), eps 1e-6.
+/// LayerNorm (weight, bias) or an RMSNorm (weight), eps 1e-6 by default.
 class NormImpl : public torch::nn::Module {
  public:
   NormImpl(int64_t dim, NormKind kind, double eps = 1e-6);
@@ -104,7 +107,8 @@ struct SplitAttention {
 SplitAttention split_attention(
     const TowerInput& input, const FrameGeometry& geo);
 
-/// Multi-head self-attention ("qkv", "proj") with 2-D rotary q/k, strictly
+/// Multi-head self-attention ("qkv", "proj") with 2-D rotary q/k (none when
+/// the tables are undefined: RADIO's absolute positions), strictly
 /// inside the segments of `cu` (HF's eager path, one segment at a time;
 /// equal consecutive segments run as one batched matmul). With an active
 /// `split`, every rank exchanges its rotated keys and values once (all
@@ -125,7 +129,9 @@ class VisionAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VisionAttention);
 
-/// Pre-norm block: x + attn(norm1(x)), then x + mlp(norm2(x)).
+/// Pre-norm block: x + attn(norm1(x)), then x + mlp(norm2(x)). With
+/// `layer_scale` (RADIO) each branch is scaled by its "layer_scale<i>.lambda1"
+/// vector before the residual add.
 class VisionBlockImpl : public torch::nn::Module {
  public:
   VisionBlockImpl(
@@ -134,7 +140,9 @@ class VisionBlockImpl : public torch::nn::Module {
       int64_t mlp_hidden,
       NormKind norm,
       Activation act,
-      MlpStyle mlp);
+      MlpStyle mlp,
+      double norm_eps = 1e-6,
+      bool layer_scale = false);
   at::Tensor forward(
       const at::Tensor& x,
       const Rotary& rotary,
@@ -145,6 +153,7 @@ class VisionBlockImpl : public torch::nn::Module {
   Norm norm1_{nullptr}, norm2_{nullptr};
   VisionAttention attn_{nullptr};
   VisionMlp mlp_{nullptr};
+  at::Tensor scale1_, scale2_;  // undefined without layer scale
 };
 
 /// Parameter names of the merger: "ln_q" + "mlp.0"/"mlp.2" (Qwen2-VL,
@@ -195,6 +204,8 @@ struct TowerSpec {
   NormKind norm = NormKind::kLayerNorm;
   MlpStyle mlp = MlpStyle::kFc;
   MergerStyle merger = MergerStyle::kLnQ;
+  double norm_eps = 1e-6;    // the blocks' norms (RADIO: layer_norm_eps)
+  bool layer_scale = false;  // RADIO's layer_scale1/2.lambda1
 };
 
 /// The spec fields every family's config names alike (HF's names); the
@@ -215,9 +226,9 @@ TowerSpec common_spec(const Config& c, const char* name) {
 }
 
 /// Shared size checks (positive sizes, heads dividing the width, a head
-/// dim divisible by 4 for the 2-D rotary). Family checks that divide by
-/// these sizes must run after it.
-void check_tower_spec(const TowerSpec& spec);
+/// dim divisible by 4 for the 2-D rotary unless `rotary` is false). Family
+/// checks that divide by these sizes must run after it.
+void check_tower_spec(const TowerSpec& spec, bool rotary = true);
 
 /// "patch_embed" of `owner`.
 std::shared_ptr<PatchEmbedImpl> register_patch_embed(

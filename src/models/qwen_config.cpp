@@ -23,6 +23,8 @@ const char* default_model_type(QwenFamily family) {
       return "qwen2_vl";
     case QwenFamily::kQwen2_5VL:
       return "qwen2_5_vl";
+    case QwenFamily::kRadio:
+      return "nemotron_h_omni";
     case QwenFamily::kQwen3VL:
       break;
   }
@@ -39,6 +41,8 @@ std::string to_string(QwenFamily family) {
       return "qwen2.5-vl";
     case QwenFamily::kQwen3VL:
       return "qwen3-vl";
+    case QwenFamily::kRadio:
+      return "radio";
   }
   return "unknown";
 }
@@ -79,6 +83,23 @@ int64_t Qwen3VLVisionConfig::num_grid_per_side() const {
   return s;
 }
 
+int64_t RadioVisionConfig::intermediate_size() const {
+  // HF RadioMLP: int(hidden_size * mlp_ratio).
+  return static_cast<int64_t>(static_cast<double>(hidden_size) * mlp_ratio);
+}
+
+int64_t RadioVisionConfig::in_features() const {
+  return in_channels * patch_size * patch_size;  // RadioConfig.patch_dim
+}
+
+int64_t RadioVisionConfig::prefix_tokens() const {
+  return num_cls_tokens + num_registers;
+}
+
+int64_t RadioVisionConfig::grid_per_side() const {
+  return max_img_size / patch_size;  // RadioPatchEmbeddings.max_rows
+}
+
 // ------------------------------------------------------- any family
 
 QwenVisionConfig::QwenVisionConfig(Qwen2VLVisionConfig config)
@@ -92,6 +113,10 @@ QwenVisionConfig::QwenVisionConfig(Qwen2_5VLVisionConfig config)
 QwenVisionConfig::QwenVisionConfig(Qwen3VLVisionConfig config)
     : QwenVisionConfig(
           std::move(config), default_model_type(QwenFamily::kQwen3VL)) {}
+
+QwenVisionConfig::QwenVisionConfig(RadioVisionConfig config)
+    : QwenVisionConfig(
+          std::move(config), default_model_type(QwenFamily::kRadio)) {}
 
 QwenVisionConfig::QwenVisionConfig(
     QwenFamilyConfig config, std::string model_type)
@@ -127,6 +152,7 @@ int64_t QwenVisionConfig::out_hidden_size() const {
     using C = std::decay_t<decltype(c)>;
     if constexpr (std::is_same<C, Qwen2VLVisionConfig>::value) {
       return c.hidden_size;  // Qwen2-VL's name for the merger output
+
     } else {
       return c.out_hidden_size;
     }

@@ -24,7 +24,7 @@ const std::vector<std::string>& model_towers() {
   // The families frameshard::models builds (the cost presets of the same
   // names describe their FLOPs).
   static const std::vector<std::string> kTowers{
-      "qwen2-vl", "qwen2.5-vl", "qwen3-vl"};
+      "qwen2-vl", "qwen2.5-vl", "qwen3-vl", "radio"};
   return kTowers;
 }
 
@@ -334,13 +334,16 @@ void apply_section(
 void check_cross_fields(const TrainConfig& config) {
   const ModelConfig& m = config.model;
   // Qwen vision blocks rotate each head in 2-D (h and w halves), so a head
-  // size must split in four (frameshard::models checks it again).
+  // size must split in four (frameshard::models checks it again); RADIO
+  // has absolute positions only.
+  const bool rotary = m.tower != "radio";
   if (m.vision_hidden % m.vision_heads != 0 ||
-      (m.vision_hidden / m.vision_heads) % 4 != 0) {
+      (rotary && (m.vision_hidden / m.vision_heads) % 4 != 0)) {
     config_error(
         "model.vision_heads",
         "a divisor of model.vision_hidden (" + std::to_string(m.vision_hidden) +
-            ") leaving a head size divisible by 4 (2-D rotary)",
+            (rotary ? ") leaving a head size divisible by 4 (2-D rotary)"
+                    : ")"),
         std::to_string(m.vision_heads));
   }
   // The decoder's rotary embedding pairs channels: an even head size.

@@ -176,6 +176,13 @@ Trainer::Trainer(
     s.plan =
         arm_plan_options(config, sharded, models::tower_dims(s.tower.config));
     s.plan.layout = models::media_layout(s.tower.config);
+    FRAMESHARD_CHECK(
+        !s.plan.split.enabled || models::takes_pieces(s.tower.config),
+        "train",
+        "expected distributed.multimodal.vision.frame_sharding.split_frames "
+        "false for model.tower ",
+        config.model.tower,
+        " (its tower does not take pieces of split frames), got true");
     if (!config.data.manifest.empty()) {
       s.manifest = load_manifest(config.data.manifest, s.plan.layout);
     }

@@ -45,10 +45,27 @@ models::QwenVisionConfig random_tower_config(const ModelConfig& m) {
     c.fullatt_block_indexes = {m.vision_depth - 1};
     return c;
   }
+  if (m.tower == "radio") {
+    // Nemotron Omni's chain at the recipe's sizes: 16-pixel patches (the
+    // presets' grids), 2 cls + 2 register tokens, a 32 x 32 position
+    // table, the projector twice the language model's width.
+    models::RadioVisionConfig c;
+    c.depth = m.vision_depth;
+    c.hidden_size = m.vision_hidden;
+    c.num_heads = m.vision_heads;
+    c.mlp_ratio = 2;
+    c.max_img_size = 32 * c.patch_size;
+    c.num_cls_tokens = 2;
+    c.num_registers = 2;
+    c.projector_hidden_size = 2 * m.text_hidden;
+    c.out_hidden_size = m.text_hidden;
+    c.final_layernorm = true;
+    return c;
+  }
   FRAMESHARD_CHECK(
       m.tower == "qwen3-vl",
       "make_tower",
-      "expected model.tower qwen2-vl, qwen2.5-vl or qwen3-vl, got '",
+      "expected model.tower qwen2-vl, qwen2.5-vl, qwen3-vl or radio, got '",
       m.tower,
       "'");
   models::Qwen3VLVisionConfig c;

@@ -71,6 +71,21 @@ struct SameFields {
            a.deepstack_visual_indexes == b.deepstack_visual_indexes &&
            a.rope_theta == b.rope_theta;
   }
+  bool operator()(
+      const frameshard::models::RadioVisionConfig& a,
+      const frameshard::models::RadioVisionConfig& b) const {
+    return a.depth == b.depth && a.hidden_size == b.hidden_size &&
+           a.num_heads == b.num_heads && a.mlp_ratio == b.mlp_ratio &&
+           a.hidden_act == b.hidden_act &&
+           a.layer_norm_eps == b.layer_norm_eps &&
+           a.in_channels == b.in_channels && a.patch_size == b.patch_size &&
+           a.max_img_size == b.max_img_size &&
+           a.num_cls_tokens == b.num_cls_tokens &&
+           a.num_registers == b.num_registers &&
+           a.projector_hidden_size == b.projector_hidden_size &&
+           a.out_hidden_size == b.out_hidden_size &&
+           a.final_layernorm == b.final_layernorm;
+  }
 };
 
 // Each family's own derived size (UBSan: no overflow; never negative).
@@ -82,6 +97,9 @@ int64_t derived(const frameshard::models::Qwen2_5VLVisionConfig& c) {
 }
 int64_t derived(const frameshard::models::Qwen3VLVisionConfig& c) {
   return c.num_grid_per_side();
+}
+int64_t derived(const frameshard::models::RadioVisionConfig& c) {
+  return c.intermediate_size() + c.prefix_tokens() + c.grid_per_side();
 }
 
 bool same(const QwenVisionConfig& a, const QwenVisionConfig& b) {

@@ -314,6 +314,43 @@ void expect_same(const Qwen3VLVisionConfig& a, const Qwen3VLVisionConfig& b) {
   EXPECT_EQ(a.deepstack_visual_indexes, b.deepstack_visual_indexes);
 }
 
+void expect_same(const RadioVisionConfig& a, const RadioVisionConfig& b) {
+  EXPECT_EQ(a.depth, b.depth);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.num_heads, b.num_heads);
+  EXPECT_EQ(a.mlp_ratio, b.mlp_ratio);
+  EXPECT_EQ(a.hidden_act, b.hidden_act);
+  EXPECT_EQ(a.layer_norm_eps, b.layer_norm_eps);
+  EXPECT_EQ(a.in_channels, b.in_channels);
+  EXPECT_EQ(a.patch_size, b.patch_size);
+  EXPECT_EQ(a.max_img_size, b.max_img_size);
+  EXPECT_EQ(a.num_cls_tokens, b.num_cls_tokens);
+  EXPECT_EQ(a.num_registers, b.num_registers);
+  EXPECT_EQ(a.projector_hidden_size, b.projector_hidden_size);
+  EXPECT_EQ(a.out_hidden_size, b.out_hidden_size);
+  EXPECT_EQ(a.final_layernorm, b.final_layernorm);
+}
+
+// Every RADIO field off its default.
+RadioVisionConfig every_field_radio() {
+  RadioVisionConfig c;
+  c.depth = 5;
+  c.hidden_size = 96;
+  c.num_heads = 3;
+  c.mlp_ratio = 2.5;
+  c.hidden_act = "quick_gelu";
+  c.layer_norm_eps = 1e-5;
+  c.in_channels = 4;
+  c.patch_size = 8;
+  c.max_img_size = 256;
+  c.num_cls_tokens = 1;
+  c.num_registers = 0;
+  c.projector_hidden_size = 200;
+  c.out_hidden_size = 72;
+  c.final_layernorm = true;
+  return c;
+}
+
 // Every model type the parser knows, bare vision configs included.
 std::vector<QwenVisionConfig> every_model_type() {
   Qwen3VLVisionConfig no_deepstack = every_field_qwen3();
@@ -326,7 +363,8 @@ std::vector<QwenVisionConfig> every_model_type() {
       QwenVisionConfig(no_deepstack, "qwen3_5"),
       QwenVisionConfig(no_deepstack, "qwen3_5_moe"),
       QwenVisionConfig(every_field_qwen2(), "qwen2_vl_vision"),
-      QwenVisionConfig(every_field_qwen3(), "qwen3_vl_vision")};
+      QwenVisionConfig(every_field_qwen3(), "qwen3_vl_vision"),
+      every_field_radio()};
 }
 
 TEST(QwenConfigWriter, RoundTripsEveryFieldOfEveryModelType) {
@@ -442,7 +480,8 @@ TEST(QwenConfigWriter, RefusesValuesTheParserWouldRefuse) {
   EXPECT_TORCH_ERROR_CONTAINS(
       json_of(QwenVisionConfig(every_field_qwen3(), "llava")),
       "expected model_type qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, "
-      "qwen3_5 or qwen3_5_moe (or its \"_vision\" config), got \"llava\"");
+      "qwen3_5 or qwen3_5_moe (or its \"_vision\" config), or "
+      "nemotron_h_omni, got \"llava\"");
   EXPECT_TORCH_ERROR_CONTAINS(
       json_of(QwenVisionConfig(every_field_qwen3(), "qwen2_vl")),
       "expected a model_type of the qwen3-vl family for a qwen3-vl config, "

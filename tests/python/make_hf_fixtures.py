@@ -24,6 +24,10 @@ For each family F it writes (the contract with `frameshard encode`):
                                  debug_block{i}       output of block i [rows, hidden]
   DIR/manifest.json            families written, families skipped (and why), versions, grids
 
+Nemotron Omni (nemotron_h_omni, and nemotron_h_omni_bf16 from a bfloat16 checkpoint) writes the same
+three files for the `radio` tower: RADIO's packed patches as inputs (grid_thw rows (1, h, w)), and
+the concatenated pooler_output of the model's own get_image_features as `embeddings`.
+
 The reference is the transformers vision tower run in float32 with eager attention. Weights are
 re-drawn at unit scale (transformers' init uses std 0.02, which makes attention nearly uniform
 and hides rotary or masking bugs): every component then moves the output by O(1).
@@ -175,6 +179,14 @@ def family_specs():
 
 
 REQUIRED_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+# Nemotron Omni's vision chain (RADIO, pixel shuffle, projector; the `radio` tower): a float32 and a
+# bfloat16 checkpoint of the tiny model of family_models.omni_model, its reference computed in
+# float32 from the checkpoint as saved (the bf16 one loaded as float32, as `encode --dtype float32`
+# loads it). Its inputs are RADIO's packed patches: per image (h, w) patches row-major, 3 * 4 * 4
+# features, grid_thw rows (1, h, w), every side even (the 2 x 2 pixel shuffle).
+OMNI_FAMILIES = {"nemotron_h_omni": torch.float32, "nemotron_h_omni_bf16": torch.bfloat16}
+OMNI_GRID_HW = [[4, 4], [6, 8], [2, 2], [10, 4], [16, 16]]
 
 
 def pack_pixels(frames, merge, temporal, patch):
@@ -352,13 +364,43 @@ def build_family(family, spec, out_dir, pixel_values, grid_thw, seed):
     return {"dir": fam_dir, "outputs": shapes, "embeddings_abs_max": float(emb.abs().max())}
 
 
+def build_omni(family, out_dir, seed):
+    """The Nemotron Omni fixture of `family` (OMNI_FAMILIES): model/, inputs and reference."""
+    import family_models
+    from transformers import NemotronH_Omni_Reasoning_V3
+
+    model = family_models.omni_model(seed).to(OMNI_FAMILIES[family]).eval()
+    model_dir = os.path.join(out_dir, family, "model")
+    model.save_pretrained(model_dir)
+    reloaded = NemotronH_Omni_Reasoning_V3.from_pretrained(
+        model_dir, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    grid_hw = torch.tensor(OMNI_GRID_HW)
+    pixel_values = family_models.pixels(grid_hw, family_models.OMNI_FEATURES, seed).float()
+    with torch.no_grad():
+        pooled = reloaded.get_image_features(pixel_values=pixel_values, image_grid_hw=grid_hw).pooler_output
+    emb = torch.cat(list(pooled))
+    assert tuple(emb.shape) == (int(grid_hw.prod(-1).sum()) // 4, reloaded.config.text_config.hidden_size)
+    assert torch.isfinite(emb).all() and float(emb.std(dim=0).min()) > 1e-2, family
+    grid_thw = torch.cat([torch.ones_like(grid_hw[:, :1]), grid_hw], dim=1)
+    fam_dir = os.path.join(out_dir, family)
+    save_file(
+        {"pixel_values": pixel_values.numpy(), "grid_thw": grid_thw.numpy()},
+        os.path.join(fam_dir, "inputs.safetensors"),
+    )
+    metadata = {"family": family, "transformers": transformers.__version__, "torch": torch.__version__}
+    save_file({"embeddings": emb.numpy()}, os.path.join(fam_dir, "reference.safetensors"), metadata=metadata)
+    return {"dir": fam_dir, "outputs": {"embeddings": list(emb.shape)}, "embeddings_abs_max": float(emb.abs().max())}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="output directory")
+    names = list(family_specs()) + list(OMNI_FAMILIES)
     parser.add_argument(
         "--families",
-        default=",".join(family_specs()),
-        help="comma-separated subset of: " + ", ".join(family_specs()),
+        default=",".join(names),
+        help="comma-separated subset of: " + ", ".join(names),
     )
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
@@ -367,7 +409,7 @@ def main(argv=None):
     transformers.utils.logging.disable_progress_bar()
     specs = family_specs()
     wanted = [f for f in args.families.split(",") if f]
-    unknown = [f for f in wanted if f not in specs]
+    unknown = [f for f in wanted if f not in specs and f not in OMNI_FAMILIES]
     if unknown:
         parser.error("unknown families: " + ", ".join(unknown))
 
@@ -380,10 +422,14 @@ def main(argv=None):
         "families": {},
         "skipped": {},
     }
-    for family in specs:
+    for family in names:
         if family not in wanted:
             manifest["skipped"][family] = "not requested (--families)"
     for i, family in enumerate(wanted):
+        if family in OMNI_FAMILIES:
+            manifest["families"][family] = info = build_omni(family, args.out, args.seed + i)
+            print("make_hf_fixtures: %-11s %s" % (family, info["outputs"]))
+            continue
         config_cls, model_cls, _ = specs[family]
         if not hasattr(transformers, config_cls) or not hasattr(transformers, model_cls):
             if family in REQUIRED_FAMILIES:

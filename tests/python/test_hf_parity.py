@@ -25,12 +25,16 @@ import sys
 
 import numpy as np
 import pytest
+import safetensors.torch
+import torch
 from safetensors.numpy import load_file, save_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.abspath(os.environ.get("FRAMESHARD_BIN", os.path.join(ROOT, "build", "frameshard")))
 TOLERANCE = 1e-4
-REQUIRED_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+# Nemotron Omni's RADIO + projector (`radio` tower), from a float32 and from a bfloat16 checkpoint.
+OMNI_FAMILIES = ("nemotron_h_omni", "nemotron_h_omni_bf16")
+REQUIRED_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") + OMNI_FAMILIES
 ALL_FAMILIES = REQUIRED_FAMILIES + ("qwen3_5",)
 ENCODE_TIMEOUT_S = 180
 
@@ -193,6 +197,9 @@ def test_fixtures_cover_the_families(fixtures):
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_encode_matches_transformers(binary, fixtures, family, nproc, split, tmp_path):
     fam = _family_dir(fixtures, family)
+    if split and family in OMNI_FAMILIES:
+        _check_split_refused(binary, fam, tmp_path)
+        return
     reference = load_file(os.path.join(fam, "reference.safetensors"))
     output = _encode(
         binary,
@@ -213,6 +220,15 @@ def test_encode_matches_transformers(binary, fixtures, family, nproc, split, tmp
     )
 
 
+def _check_split_refused(binary, fam, tmp_path):
+    """RADIO takes no pieces of split frames: encode must refuse split_frames by name, not run."""
+    cmd = [binary, "encode", "--model-dir", os.path.join(fam, "model"), "--inputs"]
+    cmd += [os.path.join(fam, "inputs.safetensors"), "--out", str(tmp_path / "out.safetensors")]
+    cmd += ["--nproc", "2"] + SPLIT_OVERRIDES
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=ENCODE_TIMEOUT_S)
+    assert proc.returncode != 0 and "split_frames false for a radio tower" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_perturbed_weight_is_detected(binary, fixtures, family, tmp_path):
     """Negative control: the comparison must fail when one vision weight is off by a little."""
@@ -220,13 +236,13 @@ def test_perturbed_weight_is_detected(binary, fixtures, family, tmp_path):
     model_dir = tmp_path / "model"
     shutil.copytree(os.path.join(fam, "model"), model_dir)
     weights_path = str(model_dir / "model.safetensors")
-    weights = load_file(weights_path)
+    weights = safetensors.torch.load_file(weights_path)  # numpy has no bfloat16
     target = [k for k in weights if k.endswith("blocks.0.attn.qkv.weight")]
     assert len(target) == 1, sorted(weights)
-    rng = np.random.default_rng(7)
     w = weights[target[0]]
-    weights[target[0]] = (w + 0.01 * rng.standard_normal(w.shape)).astype(w.dtype)
-    save_file(weights, weights_path, metadata={"format": "pt"})
+    noise = torch.randn(w.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float32)
+    weights[target[0]] = (w.float() + 0.01 * noise).to(w.dtype)
+    safetensors.torch.save_file(weights, weights_path, metadata={"format": "pt"})
 
     reference = load_file(os.path.join(fam, "reference.safetensors"))
     output = _encode(binary, str(model_dir), os.path.join(fam, "inputs.safetensors"), str(tmp_path / "out.safetensors"))

@@ -75,6 +75,8 @@ std::string family_name(const ::testing::TestParamInfo<QwenFamily>& info) {
       return "Qwen2_5VL";
     case QwenFamily::kQwen3VL:
       return "Qwen3VL";
+    case QwenFamily::kRadio:
+      return "Radio";
   }
   return "unknown";
 }
@@ -101,6 +103,21 @@ QwenVisionConfig tiny_config(QwenFamily family) {
       v.window_size = 8;
       v.out_hidden_size = 24;
       v.fullatt_block_indexes = {1};
+      return v;
+    }
+    case QwenFamily::kRadio: {
+      models::RadioVisionConfig v;
+      v.depth = 2;
+      v.hidden_size = 32;
+      v.num_heads = 2;
+      v.mlp_ratio = 1.5;
+      v.patch_size = 2;
+      v.max_img_size = 8;  // a 4 x 4 table, resampled up and down
+      v.num_cls_tokens = 2;
+      v.num_registers = 1;
+      v.projector_hidden_size = 40;
+      v.out_hidden_size = 24;
+      v.final_layernorm = true;
       return v;
     }
     case QwenFamily::kQwen3VL:

@@ -56,7 +56,9 @@ std::string family_name(
 
 /// Tiny towers (depth 2, width 32): in_features 3 * 2 * 2 * 2 = 24,
 /// output width 24. Qwen2.5-VL: 4 x 4-patch windows, layer 1 full
-/// attention; Qwen3-VL: a 4 x 4 position table, DeepStack after both layers.
+/// attention; Qwen3-VL: a 4 x 4 position table, DeepStack after both layers;
+/// RADIO: in_features 3 * 2 * 2 = 12, a 4 x 4 position table, 3 prefix
+/// tokens, the final LayerNorm and a projector of width 40.
 models::QwenVisionConfig tiny_config(models::QwenFamily family);
 
 /// A config.json as Hugging Face's save_pretrained writes it: the writer's

@@ -241,7 +241,8 @@ TEST(Recipe, TypeErrorsNameThePathTheExpectationTheValueAndTheLine) {
       {"model: {vision_hidden: 1.5}\n",
        "model.vision_hidden: expected a positive integer, got 1.5"},
       {"model: {tower: qwen4}\n",
-       "model.tower: expected one of qwen2-vl, qwen2.5-vl, qwen3-vl, got "
+       "model.tower: expected one of qwen2-vl, qwen2.5-vl, qwen3-vl, radio, "
+       "got "
        "qwen4"},
       {"model: {vision_dp_over_cp: yes}\n",
        "model.vision_dp_over_cp: expected a bool (true or false), got yes"},
@@ -328,7 +329,7 @@ TEST(Recipe, ValidateChecksValuesSetFromCode) {
   c.model.tower = "qwen4";
   expect_contains(
       error_of([&] { validate(c); }),
-      "model.tower: expected one of qwen2-vl, qwen2.5-vl, qwen3-vl, got "
+      "model.tower: expected one of qwen2-vl, qwen2.5-vl, qwen3-vl, radio, got "
       "\"qwen4\"");
   c = TrainConfig{};
   c.model.text_layers = 0;

@@ -132,6 +132,30 @@ TEST(Trainer, MegatronVisionDpOverCpMatchesReplicated) {
   EXPECT_LE(max_grad_diff(rep, mg), 1e-5);
 }
 
+// Nemotron Omni's RADIO tower (model.tower radio) under both rules, the
+// Megatron Bridge recipe's count split and frameshard's cost balance: the
+// same losses and gradients as its replicated arm.
+TEST(Trainer, RadioTowerTrainsLikeReplicatedUnderBothRules) {
+  auto c = tiny_config(2, "float32");
+  c.model.tower = "radio";
+  const ArmResult rep = run_arm(c, false, 2);
+  const ArmResult fs = run_arm(c, true, 2);
+  c.parallel.frame_sharding.enabled = false;
+  c.model.vision_dp_over_cp = true;
+  const ArmResult mg = run_arm(c, true, 2);
+  ASSERT_FALSE(rep.grads.empty());
+  EXPECT_TRUE(rep.grads.count(
+      "tower.vision_model.radio_model.model.blocks.0.attn.qkv.weight"))
+      << "the RADIO tower ran";
+  for (const ArmResult* arm : {&fs, &mg}) {
+    EXPECT_EQ(arm->plan_path, "sharded");
+    for (size_t s = 0; s < rep.losses.size(); ++s) {
+      EXPECT_NEAR(rep.losses[s], arm->losses[s], 1e-5) << "step " << s;
+    }
+    EXPECT_LE(max_grad_diff(rep, *arm), 1e-5);
+  }
+}
+
 TEST(Trainer, AHuggingFaceCheckpointsTowerTrainsInBothArmsAlike) {
   // model.model_dir: the tower of a checkpoint (a tiny Qwen3-VL with two
   // DeepStack mergers, width 24) replaces the random one; the decoder takes

@@ -20,6 +20,8 @@ double tower_macs(const TowerDims& t, int64_t p) {
   const double d = static_cast<double>(t.hidden);
   const double f = static_cast<double>(t.intermediate);
   const double pp = static_cast<double>(p);
+  // The layers see the frame's prefix tokens too (RADIO's cls + registers).
+  const double n = pp + static_cast<double>(t.prefix_tokens);
   double macs = 0.0;
   for (int64_t layer = 0; layer < t.depth; ++layer) {
     const bool full =
@@ -28,16 +30,19 @@ double tower_macs(const TowerDims& t, int64_t p) {
                                      t.full_attention_layers.end(),
                                      layer) != t.full_attention_layers.end();
     const double span =
-        full ? pp : static_cast<double>(std::min(p, t.window_patches));
-    macs += 4.0 * pp * d * d;                        // QKV + output
-    macs += (t.gated_mlp ? 3.0 : 2.0) * pp * d * f;  // MLP
-    macs += 2.0 * pp * span * d;                     // QK^T and AV
+        full ? n : static_cast<double>(std::min(p, t.window_patches));
+    macs += 4.0 * n * d * d;                        // QKV + output
+    macs += (t.gated_mlp ? 3.0 : 2.0) * n * d * f;  // MLP
+    macs += 2.0 * n * span * d;                     // QK^T and AV
   }
-  // Each merger: an MLP d*m^2 -> d*m^2 -> o on each of the p / m^2 tokens.
+  // Each merger: an MLP d*m^2 -> h -> o on each of the p / m^2 tokens (h =
+  // d*m^2 for Qwen's, merger_hidden for Nemotron Omni's projector).
   const double in = d * static_cast<double>(t.merge_size * t.merge_size);
+  const double h =
+      t.merger_hidden > 0 ? static_cast<double>(t.merger_hidden) : in;
   const double tokens = pp / static_cast<double>(t.merge_size * t.merge_size);
   macs += static_cast<double>(t.mergers) * tokens *
-          (in * in + in * static_cast<double>(t.out_hidden));
+          (in * h + h * static_cast<double>(t.out_hidden));
   return macs;
 }
 
@@ -79,10 +84,23 @@ TEST(TowerPreset, HuggingFaceDims) {
     EXPECT_EQ(t->merge_size, 2) << t->name;
     EXPECT_EQ(t->out_hidden, 3584) << t->name;
   }
+  // Nemotron Omni's RADIO (RadioConfig's and the Omni config's defaults).
+  const TowerDims& radio = tower_preset("radio");
+  EXPECT_EQ(radio.depth, 32);
+  EXPECT_EQ(radio.hidden, 1280);
+  EXPECT_EQ(radio.intermediate, 5120);
+  EXPECT_EQ(radio.prefix_tokens, 10);
+  EXPECT_EQ(radio.merger_hidden, 4096);
+  EXPECT_EQ(radio.out_hidden, 4096);
   EXPECT_EQ(
       tower_preset_names(),
       (std::vector<std::string>{
-          "qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen3-vl-small", "qwen3.5"}));
+          "qwen2-vl",
+          "qwen2.5-vl",
+          "qwen3-vl",
+          "qwen3-vl-small",
+          "qwen3.5",
+          "radio"}));
 }
 
 TEST(TowerPreset, UnknownNameListsPresets) {

@@ -4,8 +4,12 @@
 // drives both directions, so whatever the writer writes the parser reads
 // back equal. The model_type selects the family: qwen2_vl; qwen2_5_vl;
 // qwen3_vl and qwen3_vl_moe; qwen3_5 and qwen3_5_moe (the Qwen3-VL tower
-// without DeepStack). The vision fields live under "vision_config" (a bare
-// vision config, model_type "<family>_vision", has them at the top level).
+// without DeepStack); nemotron_h_omni (RADIO with Nemotron Omni's pixel
+// shuffle and projector: vision_config plus projector_hidden_size,
+// downsample_ratio and text_config's hidden_size and
+// num_nextn_predict_layers). The vision fields live under "vision_config" (a
+// bare Qwen vision config, model_type "<family>_vision", has them at the top
+// level).
 //
 // Limits, checked before anything is sized by them: vision `depth` <= 256
 // (kMaxVisionDepth; released towers have 24 to 32 blocks); every other

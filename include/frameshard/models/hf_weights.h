@@ -36,11 +36,27 @@ struct QwenLoadOptions {
   std::string prefix;
 };
 
+/// A tower whose tensors sit at the checkpoint's top level beside the
+/// language model's instead of under one prefix (Nemotron Omni:
+/// "vision_model.", "vision_projector.", "mlp1." beside "language_model."):
+/// its parameters are named from the root, the checkpoint tensors under
+/// `roots` are the tower's, the names in `unused` among them are read by
+/// nothing, and a parameter whose name ends with one of `optional` may be
+/// absent (it keeps its initial value: RADIO's layer scales, which NVIDIA's
+/// checkpoints omit). Empty: the tower is under a prefix.
+struct WeightScope {
+  std::vector<std::string> roots;
+  std::vector<std::string> unused;
+  std::vector<std::string> optional;
+};
+
 /// What load_vision_weights did.
 struct WeightLoadReport {
-  std::string prefix;  // "model.visual." or "visual." (or the one given)
+  std::string prefix;  // "model.visual." or "visual." (or the one given;
+                       // "" for a scoped tower)
   int64_t loaded = 0;
-  int64_t ignored = 0;  // checkpoint tensors outside the prefix (unread)
+  int64_t ignored = 0;    // checkpoint tensors outside the tower (unread)
+  int64_t defaulted = 0;  // optional parameters the checkpoint lacks
   std::vector<std::string> files;
 };
 
@@ -48,12 +64,14 @@ struct WeightLoadReport {
 /// `module`'s parameters, converting to options.dtype (the module is cast
 /// to it). Raises, listing them, for missing tensors, unexpected tensors
 /// under the prefix, shape mismatches and non-floating dtypes; nothing is
-/// copied unless all match. `what` names the tower in errors.
+/// copied unless all match. `what` names the tower in errors; a non-empty
+/// `scope` places the tower (options.prefix must then be empty).
 WeightLoadReport load_vision_weights(
     torch::nn::Module& module,
     const SafetensorsCheckpoint& checkpoint,
     const QwenLoadOptions& options = {},
-    const std::string& what = "vision tower");
+    const std::string& what = "vision tower",
+    const WeightScope& scope = {});
 
 /// The module's parameters under HF names (prefix + name), detached CPU
 /// copies: save_safetensors(path, vision_state_dict(*m.module)) writes a

@@ -1,9 +1,10 @@
 // File: frameshard/models/qwen_config.h
 //
-// The vision-tower configs of the Qwen-VL family, mirroring the Hugging Face
-// vision config classes (field names and class defaults), and
-// QwenVisionConfig: the config of one tower of any family, a std::variant
-// of the three plus config.json's model_type. Plain values: no LibTorch.
+// The vision-tower configs of the Qwen-VL family and of Nemotron Omni's RADIO,
+// mirroring the Hugging Face config classes (field names and class
+// defaults), and QwenVisionConfig: the config of one tower of any family (the
+// name is the first family's), a std::variant of the four plus config.json's
+// model_type. Plain values: no LibTorch.
 // Reading and writing config.json is frameshard/models/hf_config.h.
 //
 // Usage:
@@ -26,8 +27,8 @@ namespace frameshard {
 namespace models {
 
 /// The tower families, in the order of QwenFamilyConfig's alternatives.
-enum class QwenFamily { kQwen2VL, kQwen2_5VL, kQwen3VL };
-/// "qwen2-vl", "qwen2.5-vl", "qwen3-vl" (the cost preset names).
+enum class QwenFamily { kQwen2VL, kQwen2_5VL, kQwen3VL, kRadio };
+/// "qwen2-vl", "qwen2.5-vl", "qwen3-vl", "radio" (the cost preset names).
 std::string to_string(QwenFamily family);
 
 // `rope_theta` is rope_parameters.rope_theta (default 10000).
@@ -100,9 +101,48 @@ struct Qwen3VLVisionConfig {
   int64_t num_grid_per_side() const;
 };
 
+/// Nemotron Omni's vision chain (transformers' NemotronH_Omni_Reasoning_V3
+/// get_image_features): the RADIO encoder (RadioConfig: vision_config), the
+/// optional final LayerNorm, the 2 x 2 pixel shuffle (downsample_ratio 0.5)
+/// and the projector (RMSNorm, Linear, relu^2, Linear to text_config's
+/// hidden_size). The input conditioner is external (the processor
+/// normalises), as in the Omni model. Pixel rows are RADIO's packed patches:
+/// C * patch^2 features, each frame's patches row-major.
+struct RadioVisionConfig {
+  // vision_config (RadioConfig)
+  int64_t depth = 32;  // num_hidden_layers
+  int64_t hidden_size = 1280;
+  int64_t num_heads = 16;  // num_attention_heads
+  double mlp_ratio = 4;    // MLP width int(hidden_size * mlp_ratio)
+  std::string hidden_act = "gelu";
+  double layer_norm_eps = 1e-6;
+  int64_t in_channels = 3;  // num_channels
+  int64_t patch_size = 16;
+  int64_t max_img_size = 2048;  // position table (max_img_size / patch)^2
+  int64_t num_cls_tokens = 3;
+  int64_t num_registers = 7;
+  // The Omni config
+  int64_t projector_hidden_size = 4096;
+  int64_t out_hidden_size = 4096;  // text_config.hidden_size
+  /// text_config.num_nextn_predict_layers > 0 builds vision_final_layernorm.
+  bool final_layernorm = false;
+  // Fixed by the checked layout: the 2 x 2 pixel shuffle merges like a
+  // spatial merge of 2, and every frame is one image (no temporal patch).
+  int64_t spatial_merge_size = 2;
+  int64_t temporal_patch_size = 1;
+
+  int64_t intermediate_size() const;  // int(hidden_size * mlp_ratio)
+  int64_t in_features() const;        // in_channels * patch^2
+  int64_t prefix_tokens() const;      // num_cls_tokens + num_registers
+  int64_t grid_per_side() const;      // max_img_size / patch_size
+};
+
 /// One family's config; alternative i is QwenFamily i.
-using QwenFamilyConfig = std::
-    variant<Qwen2VLVisionConfig, Qwen2_5VLVisionConfig, Qwen3VLVisionConfig>;
+using QwenFamilyConfig = std::variant<
+    Qwen2VLVisionConfig,
+    Qwen2_5VLVisionConfig,
+    Qwen3VLVisionConfig,
+    RadioVisionConfig>;
 
 /// The family of config type C (a compile-time QwenFamilyConfig index).
 template <typename C>
@@ -110,10 +150,14 @@ constexpr QwenFamily family_of() {
   static_assert(
       std::is_same<C, Qwen2VLVisionConfig>::value ||
           std::is_same<C, Qwen2_5VLVisionConfig>::value ||
-          std::is_same<C, Qwen3VLVisionConfig>::value,
-      "not a Qwen vision config");
+          std::is_same<C, Qwen3VLVisionConfig>::value ||
+          std::is_same<C, RadioVisionConfig>::value,
+      "not a vision config");
   if (std::is_same<C, Qwen2VLVisionConfig>::value) {
     return QwenFamily::kQwen2VL;
+  }
+  if (std::is_same<C, RadioVisionConfig>::value) {
+    return QwenFamily::kRadio;
   }
   return std::is_same<C, Qwen2_5VLVisionConfig>::value ? QwenFamily::kQwen2_5VL
                                                        : QwenFamily::kQwen3VL;
@@ -126,10 +170,12 @@ struct QwenVisionConfig {
   /// Qwen3-VL's defaults, model_type "qwen3_vl".
   QwenVisionConfig() = default;
   /// A family's config under that family's model_type ("qwen2_vl",
-  /// "qwen2_5_vl", "qwen3_vl"); implicit, so a family config converts.
+  /// "qwen2_5_vl", "qwen3_vl", "nemotron_h_omni"); implicit, so a family
+  /// config converts.
   QwenVisionConfig(Qwen2VLVisionConfig config);
   QwenVisionConfig(Qwen2_5VLVisionConfig config);
   QwenVisionConfig(Qwen3VLVisionConfig config);
+  QwenVisionConfig(RadioVisionConfig config);
   /// Any model_type of the family ("qwen3_vl_moe", "qwen3_5", bare
   /// "<type>_vision"); not checked here, qwen_vision_config_json checks it.
   QwenVisionConfig(QwenFamilyConfig config, std::string model_type);

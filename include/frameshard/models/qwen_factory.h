@@ -1,8 +1,8 @@
 // File: frameshard/models/qwen_factory.h
 //
-// A tower of any Qwen-VL family behind one interface: built from a
-// QwenVisionConfig (random weights) or loaded from a Hugging Face model
-// directory (config.json + model.safetensors or a sharded index).
+// A tower of any family (Qwen-VL, Nemotron Omni RADIO) behind one interface:
+// built from a QwenVisionConfig (random weights) or loaded from a Hugging Face
+// model directory (config.json + model.safetensors or a sharded index).
 //
 // Usage:
 //   auto model = frameshard::models::load_qwen_vision("/ckpt/Qwen3-VL-8B");

@@ -1,10 +1,12 @@
 // File: frameshard/models/qwen_vision.h
 //
-// Everything for Qwen-VL-family vision towers, one header per job:
+// Everything for the vision towers (the Qwen-VL families and Nemotron Omni's
+// RADIO), one header per job:
 //   qwen_config.h   the family configs and QwenVisionConfig (a variant)
 //   hf_config.h     config.json <-> QwenVisionConfig (one table per family)
 //   cost_bridge.h   config -> the planner's cost dimensions and layout
-//   qwen_towers.h   the tower modules (LibTorch, HF-exact numerics)
+//   qwen_towers.h   the Qwen tower modules (LibTorch, HF-exact numerics)
+//   radio_tower.h   RADIO + pixel shuffle + projector (Nemotron Omni)
 //   hf_weights.h    checkpoint tensors <-> module parameters, by HF name
 //   qwen_factory.h  QwenVisionModel: make_qwen_vision, load_qwen_vision
 //   safetensors.h   the checkpoint file format
@@ -27,4 +29,5 @@
 #include <frameshard/models/qwen_config.h>
 #include <frameshard/models/qwen_factory.h>
 #include <frameshard/models/qwen_towers.h>
+#include <frameshard/models/radio_tower.h>
 #include <frameshard/models/safetensors.h>

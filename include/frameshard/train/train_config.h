@@ -6,7 +6,7 @@
 //
 //   distributed: {cp_size: 2, dp_size: 1, multimodal: {...}}  # config.h
 //   model:
-//     tower: qwen3-vl           # qwen2-vl | qwen2.5-vl | qwen3-vl
+//     tower: qwen3-vl           # qwen2-vl | qwen2.5-vl | qwen3-vl | radio
 //     model_dir: ""             # a Hugging Face checkpoint whose tower
 //                               # replaces the random one
 //     vision_depth: 2           # random tower only

@@ -10,7 +10,8 @@
 // Python fixture test's job (it runs `frameshard encode` on HF-saved tiny
 // models). Split frames (a frame cut across ranks, keys and values
 // exchanged in every full-attention layer): one frame over 2-4 ranks, next
-// to whole frames, a video frame, float32, routed to the tokens' owners.
+// to whole frames, a video frame, float32, routed to the tokens' owners
+// (every family but RADIO, whose whole-frame tests run here too).
 
 #include <frameshard/models/cost_bridge.h>
 #include <frameshard/models/qwen_vision.h>
@@ -159,6 +160,10 @@ TEST_P(QwenFamilyTest, FewerFramesThanRanksUseDummyFrames) {
 
 // ---------------------------------------------------------- split frames
 
+// The families whose towers take pieces of split frames (all but RADIO,
+// whose prefix tokens and pixel shuffle keep a frame whole).
+class PieceFamilyTest : public QwenFamilyTest {};
+
 // Full-attention layers of the tiny config: the exchanges per forward.
 int64_t full_attention_layers(const QwenVisionConfig& cfg) {
   const TowerDims d = tower_dims(cfg);
@@ -193,26 +198,26 @@ void expect_split_parity(
   }
 }
 
-TEST_P(QwenFamilyTest, OneFrameSplitOverAllRanksMatchesReplicated) {
+TEST_P(PieceFamilyTest, OneFrameSplitOverAllRanksMatchesReplicated) {
   const auto cfg = tiny_config(GetParam());
   for (int world : {2, 3, 4}) {
     expect_split_parity(cfg, {{1, 16, 16}}, world, 40 + world);
   }
 }
 
-TEST_P(QwenFamilyTest, SplitFrameNextToWholeFramesMatchesReplicated) {
+TEST_P(PieceFamilyTest, SplitFrameNextToWholeFramesMatchesReplicated) {
   const auto cfg = tiny_config(GetParam());
   expect_split_parity(
       cfg, {{1, 4, 4}, {1, 24, 16}, {2, 4, 4}, {1, 8, 4}}, 3, 50);
 }
 
-TEST_P(QwenFamilyTest, VideoFrameSplitMatchesReplicated) {
+TEST_P(PieceFamilyTest, VideoFrameSplitMatchesReplicated) {
   const auto cfg = tiny_config(GetParam());
   // Two frames of 256 rows over three ranks: one frame is cut.
   expect_split_parity(cfg, {{2, 16, 16}}, 3, 60);
 }
 
-TEST_P(QwenFamilyTest, SplitFramesFloat32WithinBound) {
+TEST_P(PieceFamilyTest, SplitFramesFloat32WithinBound) {
   const auto cfg = tiny_config(GetParam());
   const auto r = sharded_parity(
       cfg, {{1, 16, 16}, {1, 4, 4}}, 2, 70, {/*split=*/true, at::kFloat});
@@ -227,7 +232,7 @@ TEST_P(QwenFamilyTest, SplitFramesFloat32WithinBound) {
 // sequence shard holds, some of them encoded as pieces on other ranks, and
 // outputs and gradients still equal the replicated tower's. The owner
 // all-to-all replaces the gather (one per forward, plus the exchanges).
-TEST_P(QwenFamilyTest, SplitFramesRoutedToOwnersMatchReplicated) {
+TEST_P(PieceFamilyTest, SplitFramesRoutedToOwnersMatchReplicated) {
   const auto cfg = tiny_config(GetParam());
   const std::vector<GridThw> grid = {{1, 4, 4}, {1, 24, 16}, {1, 8, 4}};
   const int world = 3;
@@ -255,6 +260,15 @@ TEST_P(QwenFamilyTest, SplitFramesRoutedToOwnersMatchReplicated) {
 INSTANTIATE_TEST_SUITE_P(
     Families,
     QwenFamilyTest,
+    ::testing::Values(
+        QwenFamily::kQwen2VL,
+        QwenFamily::kQwen2_5VL,
+        QwenFamily::kQwen3VL,
+        QwenFamily::kRadio),
+    family_name);
+INSTANTIATE_TEST_SUITE_P(
+    Families,
+    PieceFamilyTest,
     ::testing::Values(
         QwenFamily::kQwen2VL, QwenFamily::kQwen2_5VL, QwenFamily::kQwen3VL),
     family_name);
