@@ -17,8 +17,8 @@ repeated so that drift hits them alike:
               before it read the wrapped module (issue 21's starting point)
   greedy      NeMo Automodel's rule: prefix-sum cut (bisect_right) of p * (p + 3 * hidden)
   count       Megatron's rule: equal frame counts, the remainder on the last rank
-  split       (--split) frameshard with split_frames (pieces of large frames on several ranks;
-              only when the Python path supports it)
+  split       (--split) frameshard with split_frames: pieces of large frames on several ranks
+              (frameshard.hf_split patches the transformers tower's full-attention blocks)
 
 Per arm and repeat the slowest rank's process CPU seconds (ranks share the machine's cores:
 CPU time is the work a rank does) and wall seconds; the median over repeats; ratios to
@@ -63,6 +63,8 @@ def arm_config(arm, family_preset, calibration=None):
     if arm == "count":
         return frameshard.FrameShardingConfig(**base, partitioner="count", min_local_patch_rows=0)
     if arm == "split":
+        # The Python towers take pieces (frameshard.hf_split): a frame larger than a rank's share
+        # is cut, each piece attending to its whole frame's K/V (one exchange per layer).
         return frameshard.FrameShardingConfig(**base, split_frames=True)
     raise ValueError(arm)
 
@@ -75,6 +77,29 @@ PRESET_OF_FAMILY = {
     "qwen3_5": "qwen3.5",
     "qwen3_5_moe": "qwen3.5",
 }
+
+
+def batch_grid(preset, seed, scale):
+    """The grid of a preset, a workload JSON file, or an inline "grid:[[t, h, w], ...]" (used as
+    written: no scaling)."""
+    import frameshard
+
+    if preset.startswith("grid:"):
+        return [tuple(int(x) for x in g) for g in json.loads(preset[len("grid:"):])]
+    return frameshard.workload(preset, seed=seed, scale=scale)
+
+
+def split_presets(text):
+    """Comma-separated presets; commas inside an inline grid's brackets do not separate."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [p for p in out + [cur] if p]
 
 
 def worker(args):
@@ -99,7 +124,7 @@ def worker(args):
         dist.barrier()
     results = {}
     for preset in args.presets:
-        grid = frameshard.workload(preset, seed=args.seed, scale=args.scale)
+        grid = batch_grid(preset, args.seed, args.scale)
         grid_t = torch.tensor([list(g) for g in grid], dtype=torch.int64)
         rows = int(grid_t.prod(-1).sum())
         gen = torch.Generator().manual_seed(args.seed)
@@ -194,7 +219,7 @@ def main():
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     ap.add_argument("--presets", default="mixed,doc,video,multi",
-                    help="comma-separated C++ presets or workload JSON files")
+                    help="comma-separated C++ presets, workload JSON files or grid:[[t,h,w],...]")
     ap.add_argument("--scale", type=int, default=8, help="divide every frame's h and w by this")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cp", type=int, default=2)
@@ -211,7 +236,7 @@ def main():
     ap.add_argument("--store", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    args.presets = [p for p in args.presets.split(",") if p]
+    args.presets = split_presets(args.presets)
     args.calibration_sizes = [int(x) for x in args.calibration_sizes.split(",") if x]
     args.arms = [a for a in args.arms.split(",") if a] + (["split"] if args.split else [])
     unknown = [a for a in args.arms if a not in ARMS_ALL]

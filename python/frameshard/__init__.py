@@ -22,7 +22,7 @@ from . import _C
 from ._C import FrameshardError
 from .config import FrameShardingConfig, parse_yaml
 from .plan import FrameUnit, Plan, RankPlan, plan, workload
-from .shard import Mesh, all_gather_rows, shard_vision, visual_token_owners
+from .shard import FramePiece, Mesh, all_gather_rows, shard_vision, visual_token_owners
 from .towers import TowerDims, cost_model, tower_dims
 from .calibrate import Calibration, calibrate
 
@@ -71,6 +71,7 @@ from . import hf  # noqa: E402  (after the version check)
 __all__ = [
     "Calibration",
     "FrameShardingConfig",
+    "FramePiece",
     "FrameUnit",
     "FrameshardError",
     "Mesh",

@@ -62,8 +62,8 @@ class FrameShardingConfig:
         gather: "all" (every rank receives every visual row) or "owner" (each row goes only to
             the rank whose sequence shard uses it; shard_vision then needs token_owner).
         split_frames: let the optimal partitioner cut frames larger than a rank's share into
-            pieces across ranks (plan() reports them; shard_vision refuses it: a Python tower
-            is not given the pieces).
+            pieces across ranks (plan() reports them; shard_vision needs a tower that takes
+            pieces, and hf.enable patches the transformers Qwen-VL / GLM-4V towers to).
         split_exchange_cost: cost units per key/value row a piece receives (integer >= 0).
         tower: the tower whose FLOPs "auto" counts (e.g. "qwen3-vl").
         policy: "threshold" (min_tokens / min_frames) or "auto" (shard when the predicted

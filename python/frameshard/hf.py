@@ -34,6 +34,11 @@ included, and its early stop passes through), autocast and bf16 / fp16 parameter
 several vision calls per step. Under torch.compile the sharded forward's own frame is skipped
 (a graph break) and the tower it calls back is compiled (see `_skipped_by_compile`).
 
+Split frames (`split_frames: true`; frameshard.hf_split): every family above except Nemotron Omni
+and PaddleOCR-VL (whole images) also runs pieces of large frames on several ranks; `enable` then
+patches, on the instance, the attention of the full-attention blocks (one K/V exchange per layer)
+and passes the whole frame's positions at each piece's rows; `disable` restores both.
+
 Cost: the plan costs the wrapped tower itself (frameshard.tower_dims of its config) when
 `cost_alpha` is "auto" or "automodel"; `Plan.cost_model` names the dimensions.
 
@@ -60,6 +65,7 @@ from typing import Any, Callable, NoReturn, Optional
 import torch
 import torch.distributed as dist
 
+from . import hf_split
 from ._C import FrameshardError
 from .config import FrameShardingConfig
 from .shard import Mesh, Timeout, _kind, resolve_group, shard_vision
@@ -244,6 +250,10 @@ def enable(
         dims=tower_dims(visual),
         mesh=mesh,
     )
+    if state.config.split_frames:
+        hf_split.install(visual, state.family)  # refuses a layout it was not checked on
+    else:
+        hf_split.uninstall(visual)
     setattr(visual, _STATE, state)
     visual.forward = types.MethodType(_skipped_by_compile(_sharded_forward), visual)
     return visual
@@ -262,6 +272,7 @@ def disable(model: torch.nn.Module) -> bool:
         return False
     del visual.forward  # the instance attribute: the class's forward shows again
     delattr(visual, _STATE)
+    hf_split.uninstall(visual)  # the split attention of the full-attention blocks, if any
     return True
 
 
@@ -338,6 +349,17 @@ def _reraise(error: FrameshardError, raised: Optional[BaseException]) -> NoRetur
     raise error
 
 
+def _without_pieces(tower: Callable[..., Any]) -> Callable[..., Any]:
+    """`tower` as a three-argument tower (no pieces, no exchange): without split_frames the plan
+    never cuts a frame, and a tower that takes pieces would let shard_vision accept a config
+    that the vision module was not patched for."""
+
+    def call(pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> Any:
+        return tower(pv, grid, cu, pieces=(), exchange=None)
+
+    return call
+
+
 def _sharded_forward(
     visual: torch.nn.Module, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any
 ) -> Any:
@@ -356,19 +378,31 @@ def _sharded_forward(
     last: list[Any] = [None]
     raised: list[Optional[BaseException]] = [None]
 
-    def tower(pv: torch.Tensor, grid: torch.Tensor, _cu: torch.Tensor) -> list[torch.Tensor]:
+    def tower(
+        pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor, *, pieces: tuple, exchange: Any
+    ) -> list[torch.Tensor]:
         # The original forward recomputes cu_seqlens, rotary, (Qwen2.5-VL) window indices and
         # (GLM-4V) the interpolated position embedding from the local grid; every one of them is
-        # per frame, so the local frames encode as they would in the whole batch.
+        # per frame, so the local frames encode as they would in the whole batch. Pieces of
+        # split frames (split_frames) take them from the whole frame instead (hf_split).
         try:
             local = tower_grid(state.family, grid)
-            out = original(visual, pv, grid_thw=local, return_dict=True, **kwargs)
+
+            def run(**geometry: Any) -> Any:
+                return original(visual, pv, grid_thw=local, return_dict=True, **geometry, **kwargs)
+
+            if exchange is None:
+                out = run()
+            else:
+                out = hf_split.run_split(visual, state.family, run, local, cu, pieces, exchange)
         except BaseException as e:
             raised[0] = e
             raise
         last[0] = out
         return [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
 
+    if not state.config.split_frames:
+        tower = _without_pieces(tower)
     try:
         outputs, plan = _skipped_by_compile(shard_vision)(
             tower,

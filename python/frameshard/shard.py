@@ -3,13 +3,18 @@
 Both are collective: every rank of the group must call them, with the same counts / grid_thw and
 config (with a `Mesh`, each rank its own replica's grid_thw). The GIL is released while the C++
 collectives run; a Python tower is called back with it.
+
+Split frames (`split_frames: true`): a tower that declares the keyword parameters `pieces` and
+`exchange` may receive a piece of a frame -- a contiguous range of its patch rows -- instead of
+whole frames; see `shard_vision` for the contract and `FramePiece`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Callable, Optional, Sequence, Union
+import inspect
+from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
@@ -21,8 +26,40 @@ from .plan import GridLike, Plan, grid_tensor, plan_from_dict
 from .towers import TowerDims, resolve_dims
 
 TowerOutput = Union[torch.Tensor, Sequence[torch.Tensor]]
-Tower = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], TowerOutput]
+Tower = Callable[..., TowerOutput]
 Timeout = Union[None, float, datetime.timedelta]
+Exchange = Callable[[torch.Tensor], list]
+
+
+class FramePiece(NamedTuple):
+    """A piece of a split frame, as a tower that takes pieces receives it (include/frameshard/
+    frames.h FramePiece): this rank holds rows [begin, end) of local frame `frame` (its cu_seqlens
+    segment), in the processor's row order, of a whole frame of h x w patches. begin and end are
+    multiples of merge^2 (whole merged tokens) and, for a window-attention tower, of
+    window_side * w (whole window rows) or end at the frame's end."""
+
+    frame: int
+    begin: int
+    end: int
+    h: int
+    w: int
+
+    @property
+    def rows(self) -> int:
+        return self.end - self.begin
+
+
+def takes_pieces(tower: object) -> bool:
+    """Whether `tower` declares the keyword parameters `pieces` and `exchange` (a bare **kwargs
+    does not count): shard_vision then calls it with them and lets the plan split frames."""
+    # An nn.Module's own signature is its __call__'s (*args, **kwargs): read its forward.
+    fn = tower.forward if isinstance(tower, torch.nn.Module) else tower
+    try:
+        params = inspect.signature(fn).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return all(name in params and params[name].kind in keyword for name in ("pieces", "exchange"))
 
 
 def resolve_group(group: Optional[dist.ProcessGroup], fn: str) -> dist.ProcessGroup:
@@ -133,6 +170,25 @@ def shard_vision(
             (count, h, w) row, then floor-padding and dummy zero frames, whose outputs are dropped)
             and int32 cu_seqlens (one segment per frame). It returns one [tokens, hidden] tensor
             or a tuple/list of them (e.g. embeddings and DeepStack features), one dtype.
+            With `config.split_frames`, the tower must take pieces: declare keyword parameters
+            `pieces` and `exchange` (`tower(pv, grid, cu, *, pieces, exchange)`; others are
+            refused with an error naming split_frames). Such a tower is always called with them:
+            `pieces` a tuple of FramePiece (local frames of which this rank holds only rows
+            [begin, end); such a frame has its own grid row (1, h, w), the WHOLE frame's
+            geometry, and its cu_seqlens segment counts the piece's rows) and `exchange` None
+            when the plan split nothing, else a callable. Contract, as frameshard's C++ towers
+            keep it: positions (rotary ids, learned position tables, windows) come from the
+            whole frame at the piece's rows; in every full-attention layer, in layer order, call
+            `outs = exchange(rows)` exactly once -- EVERY rank, also one without pieces -- with
+            rows = [local rows, F] (all local rows, e.g. torch.cat([k, v], 1) flattened over
+            heads, in the tower's current row order); use outs[0] in place of rows (same values,
+            tied to the collective so that its backward runs on every rank) and outs[1 + j], the
+            whole frame's rows of pieces[j] (every holder's rows, in rank order), as the keys
+            and values that piece's queries attend to. Layers that attend within windows of a
+            piece, MLPs, norms and mergers stay local. The exchange is differentiable (its
+            backward returns each row's gradient to the rank that sent it) and collective; it
+            releases the GIL, is valid only during the call that received it, and a rank whose
+            tower raises makes every peer's next exchange raise the same FrameshardError.
         pixel_values: the packed patch rows of every media item [sum(t*h*w), features], the same
             on every rank.
         grid_thw: [n, 3] (t, h, w) rows in patches, the same on every rank.
@@ -190,9 +246,19 @@ def shard_vision(
         )
     dims = tower_dims if tower_dims is not None else resolve_dims(tower)
     returned_sequence = [False]
+    with_pieces = takes_pieces(tower)
 
-    def call(pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> list[torch.Tensor]:
-        out = tower(pv, grid, cu)
+    def call(
+        pv: torch.Tensor,
+        grid: torch.Tensor,
+        cu: torch.Tensor,
+        pieces: Sequence[tuple] = (),
+        exchange: Optional[Exchange] = None,
+    ) -> list[torch.Tensor]:
+        if with_pieces:
+            out = tower(pv, grid, cu, pieces=tuple(FramePiece(*p) for p in pieces), exchange=exchange)
+        else:
+            out = tower(pv, grid, cu)
         if isinstance(out, torch.Tensor):
             return [out]
         returned_sequence[0] = True
@@ -205,6 +271,7 @@ def shard_vision(
         _millis(timeout),
         [int(o) for o in token_owner] if token_owner is not None else [],
         dims.as_dict() if dims is not None else None,
+        with_pieces,
     )
     if mesh is not None:
         outputs, plan_d = _C.encode_mesh(

@@ -8,9 +8,12 @@ Joins a Gloo group over a FileStore, runs each scenario and writes DIR/rank<R>.j
 (worker_common.main); the assertions live in test_families.py. Parity scenarios run one float64
 step replicated, then the same step sharded, on the same rank: outputs, and every parameter
 gradient after a SUM all-reduce over the group, with a rank-specific loss
-(worker_common.rank_weights).
+(worker_common.rank_weights). The training scenarios ("<training>:<family>", scenario_training;
+world 2 by default, scenarios_at) hold the model as a trainer does (DDP, FSDP2, torch.compile, HF
+gradient checkpointing, bf16 parameters) and call only its forward, as a trainer's step does.
 """
 
+import copy
 import os
 import sys
 
@@ -22,6 +25,7 @@ from frameshard import hf, hf_families
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import family_models as fm  # noqa: E402
 import worker_common  # noqa: E402
+from train_worker import summed_grads  # noqa: E402
 from worker_common import compare, rank_weights, reduced_grads  # noqa: E402
 
 # min_local_patch_rows stays at its default (96): the ranks get floor frames, which the local
@@ -224,6 +228,173 @@ def scenario_static(rank, world, group):
     }
 
 
+# ------------------------------------------------- as trainers hold the models
+
+# torch.compile of the whole model (Nemotron Omni: the compiled forward reaches the patched
+# get_image_features, whose own frame is skipped, and the tower it calls back is compiled) or of
+# the vision part assigned back (GLM-4V: sharded at the vision module's forward, as Qwen-VL;
+# PaddleOCR-VL: its get_image_features finds the compiled vision model among its parts). Both
+# forms for the two families sharded at get_image_features would cost 4-11 s of CPU more each.
+COMPILE_WHOLE_MODEL = ("omni",)
+# Run only when named (--scenarios; test_families.py: FRAMESHARD_TEST_SCENARIOS): aot_eager
+# traces the joint forward and backward, twice the eager backend's time (9-17 s of CPU per rank
+# and family); passed at world 2 and 3 for every family when run by hand.
+BY_HAND = ("compile_aot_eager",)
+
+
+class _Tiny:
+    """One family's tiny model as the training scenarios use it: `model` (the whole
+    ...ForConditionalGeneration) in `dtype`, `inputs` (its forward's keyword arguments: a prompt
+    with every image's tokens), `owner` / `attr` where its vision part sits (what fully_shard and
+    torch.compile wrap), `blocks` the vision part's layers, `hooked` the module whose forward
+    pre-hook sees a vision call's pixel rows, and `plan(world)` the plan hf.enable makes."""
+
+    def __init__(self, family, dtype):
+        if family == "glm4v":
+            model, visual = fm.glm4v_model()
+            grid = torch.tensor(GLM_GRID)
+            ids, mm = fm.glm4v_prompt(grid)
+            self.inputs = dict(input_ids=ids, pixel_values=fm.pixels(grid, fm.GLM_FEATURES), image_grid_thw=grid,
+                               mm_token_type_ids=mm)  # fmt: skip
+            self.owner, self.attr, self.blocks, self.hooked = model.model, "visual", visual.blocks, visual.patch_embed
+            self.plan = lambda world: frameshard.plan(grid, world, SHARD_ALL, tower=visual)
+        elif family == "omni":
+            model = fm.omni_model()
+            grid = torch.tensor(OMNI_GRID)
+            pv = fm.pixels(grid, fm.OMNI_FEATURES)
+            self.inputs = dict(input_ids=fm.omni_prompt(grid), pixel_values=pv, image_grid_hw=grid)
+            radio = model.vision_model
+            self.owner, self.attr, self.blocks, self.hooked = model, "vision_model", radio.encoder.layer, radio
+            thw = torch.cat([torch.ones_like(grid[:, :1]), grid], dim=1)
+            self.plan = lambda world: _image_plan(model, thw, world)
+        else:
+            model = fm.paddleocr_model()
+            grid = torch.tensor(GLM_GRID)
+            ids, mm = fm.paddleocr_prompt(grid)
+            pv = fm.pixels(grid, 3 * 4 * 4).reshape(-1, 3, 4, 4)  # the processor's [patches, C, p, p]
+            self.inputs = dict(input_ids=ids, pixel_values=pv, image_grid_thw=grid, mm_token_type_ids=mm)
+            visual = model.model.visual
+            self.owner, self.attr, self.hooked = model.model, "visual", visual
+            self.blocks = visual.vision_model.encoder.layers
+            self.plan = lambda world: _image_plan(model, grid, world)
+        self.model = model.to(dtype)
+        self.inputs = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in self.inputs.items()}
+        self.vision = getattr(self.owner, self.attr)
+
+
+def _train_step(held, base, inputs, rank, world, group, averaged=()):
+    """The trainer's step: the model's forward on the prompt (its one vision call inside), the
+    rank's loss over the logits, backward; ({"logits": detached logits}, {parameter name:
+    gradient summed over the group}, as train_worker.summed_grads takes them from `base`)."""
+    base.zero_grad(set_to_none=True)
+    logits = held(**inputs).logits
+    (rank_weights(logits, rank, 30) * logits).sum().backward()
+    return {"logits": logits.detach()}, summed_grads(base, group, world, averaged)
+
+
+def scenario_training(training, family, rank, world, group):
+    """One training step replicated (a plain copy of the model, frameshard off, no wrapper) and one
+    sharded, the model held as `training` (fm.TRAINING) says; the measurements
+    test_families.test_training_parity reads. bf16: both also against the float64 step of the
+    same rounded weights and inputs."""
+    tiny = _Tiny(family, torch.bfloat16 if training == "bf16" else torch.float64)
+    model, inputs, vision = tiny.model, tiny.inputs, tiny.vision
+    plain = copy.deepcopy(model)
+    truth = None
+    if training == "bf16":
+        true_inputs = {k: (v.double() if v.is_floating_point() else v) for k, v in inputs.items()}
+        truth = copy.deepcopy(model).double(), true_inputs
+    held, averaged, extra = model, (), {}
+    if training == "hf_ckpt":
+        for m in (model, plain):
+            m.train()
+            m.gradient_checkpointing_enable()  # transformers 5: use_reentrant=False
+        extra["checkpointing"] = all(b.gradient_checkpointing for b in tiny.blocks) and model.training
+    elif training == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        # Nemotron Omni's video patch projection takes no part in an image step: DDP needs
+        # find_unused_parameters for it, as a trainer of that model sets it.
+        held = DDP(model, find_unused_parameters=family == "omni")
+        averaged = {id(p) for p in model.parameters()}
+        extra["held_class"] = type(held).__name__
+    elif training == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor import DTensor
+
+        # As FSDP2 trainers apply it: every vision block, the vision part, then the whole model
+        # (the root: language model, embeddings and, for the families sharded at
+        # get_image_features, the projector). Only the model's forward is called: a root's
+        # parameters are gathered in its forward.
+        for block in tiny.blocks:
+            fully_shard(block)
+        fully_shard(vision)
+        fully_shard(model)
+        extra["vision_class"] = type(vision).__name__
+        extra["dtensor_params"] = sum(isinstance(p, DTensor) for p in model.parameters())
+    elif training.startswith("compile"):
+        from torch import _dynamo
+
+        _dynamo.reset()
+        backend = "aot_eager" if training == "compile_aot_eager" else "eager"
+        if family in COMPILE_WHOLE_MODEL:
+            held = torch.compile(model, backend=backend)
+            extra["compiled_class"] = type(held).__name__
+        else:
+            setattr(tiny.owner, tiny.attr, torch.compile(vision, backend=backend))
+            extra["compiled_class"] = type(getattr(tiny.owner, tiny.attr)).__name__
+    seen = []
+
+    def record(_module, args, kwargs):
+        pv = args[0] if args else kwargs["pixel_values"]  # PaddleOCR-VL: by keyword, [1, rows, C, p, p]
+        seen.append(int(pv.shape[1] if pv.dim() == 5 else pv.shape[0]))
+
+    ref_out, ref_grads = _train_step(plain, plain, inputs, rank, world, group)
+    # Registered before the first compiled call (a hook added later would make dynamo retrace).
+    hook = tiny.hooked.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        hf.enable(held, group, SHARD_ALL)
+        enabled = hf.is_enabled(held)
+        out, grads = _train_step(held, model, inputs, rank, world, group, averaged)
+        disabled = hf.disable(held) and not hf.is_enabled(held)
+    finally:
+        hook.remove()
+    plan = tiny.plan(world)
+    out_diff, out_scale = compare(out, ref_out)
+    grad_diff, grad_scale = compare(grads, ref_grads)
+    res = {
+        "enabled": enabled,
+        "disabled": disabled,
+        "path": plan.path,
+        "out_diff": out_diff,
+        "out_scale": out_scale,
+        "grad_diff": grad_diff,
+        "grad_scale": grad_scale,
+        "params": len(grads),
+        "model_params": sum(1 for _ in model.parameters()),
+        "params_with_grad": sum(1 for g in ref_grads.values() if float(g.abs().max()) > 0),
+        "seen_rows": seen,
+        "plan_rows": [plan.ranks[rank].local_patch_rows],
+        "plan_real_rows": plan.ranks[rank].real_patch_rows,
+        "total_rows": plan.total_patch_rows,
+        "dtype": str(out["logits"].dtype),
+        **extra,
+    }
+    if truth is not None:
+        true_out, true_grads = _train_step(truth[0], truth[0], truth[1], rank, world, group)
+        res.update(
+            out_err=compare(out, true_out)[0],
+            ref_out_err=compare(ref_out, true_out)[0],
+            grad_err=compare(grads, true_grads)[0],
+            ref_grad_err=compare(ref_grads, true_grads)[0],
+        )
+    if training.startswith("compile"):
+        from torch._dynamo.utils import counters
+
+        res["graphs"] = int(counters["stats"]["unique_graphs"])  # the model's code was compiled
+    return res
+
+
 SCENARIOS = {
     "static": scenario_static,
     "glm4v": scenario_glm4v,
@@ -234,7 +405,22 @@ SCENARIOS = {
     "omni_odd": scenario_omni_odd,
     "mismatch": scenario_mismatch,
 }
+for _training in fm.TRAINING:
+    for _family in fm.TRAIN_FAMILIES:
+        SCENARIOS["%s:%s" % (_training, _family)] = (
+            lambda r, w, g, _t=_training, _f=_family: scenario_training(_t, _f, r, w, g)
+        )
+
+
+def scenarios_at(world):
+    """The scenarios a launch at `world` ranks runs by default: the training ones at world 2 only
+    (CI's time; the uneven split of world 3 goes through the same sharded path, which the
+    parity scenarios run at world 3), those of BY_HAND only when named."""
+    training = [n for n in SCENARIOS if ":" in n]
+    return [n for n in SCENARIOS if n not in training] + [
+        n for n in training if world == 2 and n.split(":")[0] not in BY_HAND
+    ]
 
 
 if __name__ == "__main__":
-    worker_common.main(SCENARIOS)
+    worker_common.main(SCENARIOS, scenarios_at)

@@ -8,6 +8,9 @@ image's size), merge 2, width 32, 2 blocks. Nemotron Omni: NemotronH_Omni_Reason
 model has an MTP layer), the projector and a one-layer attention-only NemotronH language model.
 PaddleOCR-VL: PaddleOCRVLForConditionalGeneration, a 2-block vision model (patch 4, a 4 x 4
 position grid), the projector and a one-layer language model.
+
+TRAIN_FAMILIES x TRAINING: the training scenarios of families_worker.py (world 2), named
+"<training>:<family>" (here, not in the worker, so that test_families.py can list them).
 """
 
 import torch
@@ -27,6 +30,12 @@ GLM_FEATURES = 3 * 2 * 4 * 4
 OMNI_IMAGE_TOKEN = 3
 OMNI_PREFIX = 2 + 3  # cls + register tokens per image
 OMNI_FEATURES = 3 * 4 * 4
+
+# How trainers hold the models (families_worker.scenario_training): DistributedDataParallel of the
+# whole model, FSDP2 fully_shard (vision blocks, vision part, whole model), torch.compile (eager
+# backend; aot_eager only when named), HF gradient checkpointing, bf16 parameters.
+TRAIN_FAMILIES = ("glm4v", "omni", "paddleocr")
+TRAINING = ("ddp", "fsdp2", "compile", "compile_aot_eager", "hf_ckpt", "bf16")
 
 
 def _unit_scale(module, seed):

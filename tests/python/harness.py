@@ -68,6 +68,22 @@ def run_world(worker, world, args=()):
         return results
 
 
+def run_selected(worker, world):
+    """run_world passing FRAMESHARD_TEST_SCENARIOS (a,b or "all") to the worker as --scenarios,
+    so a developer runs only those scenarios (or every one, the by-hand ones too)."""
+    only = os.environ.get("FRAMESHARD_TEST_SCENARIOS")
+    return run_world(worker, world, ["--scenarios=" + only] if only else [])
+
+
+def scenario_or_skip(world_results, name, why):
+    """scenario(world_results, name), or a skip naming `why` (where the worker decides which
+    scenarios run at which world) when this world did not run it."""
+    world, results = world_results
+    if name not in results[0]:
+        pytest.skip("%s is not run at world %d (%s, FRAMESHARD_TEST_SCENARIOS)" % (name, world, why))
+    return scenario(world_results, name)
+
+
 def scenario(world_results, name):
     """(world, [rank results]) of scenario `name`; fails with the rank's error and traceback if
     it raised on any rank."""

@@ -69,5 +69,5 @@ assert not b["gloo_groups"], b'
 
 run_pytest tests/python/test_package.py tests/python/test_costs.py tests/python/test_wrappers.py \
   tests/python/test_mesh.py tests/python/test_families.py tests/python/test_cp_lm.py \
-  tests/python/test_hf_ab.py
+  tests/python/test_hf_ab.py tests/python/test_hf_split.py
 run_example

@@ -50,7 +50,7 @@ from frameshard import hf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402
-from harness import RTOL_HF, assert_parity, run_world, scenario  # noqa: E402
+from harness import RTOL_HF, assert_parity, run_selected, scenario_or_skip  # noqa: E402
 from train_worker import FEATURES, WRAPPER_FAMILIES, WRAPPERS  # noqa: E402
 
 # bfloat16 / float16 steps: the sharded run's error against float64 may be this many times the
@@ -181,8 +181,7 @@ def _with_attr(module, name, value):
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda w: "world%d" % w)
 def world_results(request):
     # FRAMESHARD_TEST_SCENARIOS=a,b (or "all") runs only those (all: the by-hand ones too).
-    only = os.environ.get("FRAMESHARD_TEST_SCENARIOS")
-    results = run_world("train_worker.py", request.param, ["--scenarios=" + only] if only else [])
+    results = run_selected("train_worker.py", request.param)
     cpu = {n: max(r[n]["cpu_seconds"] for r in results) for n in results[0]}
     print(
         "\ntrain_worker world %d: %d scenarios, %.0f s of CPU in the slowest rank's scenarios; slowest: %s"
@@ -197,10 +196,7 @@ def world_results(request):
 
 
 def _scenario(world_results, name):
-    world, results = world_results
-    if name not in results[0]:
-        pytest.skip("%s is not run at world %d (train_worker.AT_WORLDS and UNEVEN_WORLD_FAMILIES, FRAMESHARD_TEST_SCENARIOS)" % (name, world))
-    return scenario(world_results, name)
+    return scenario_or_skip(world_results, name, "train_worker.AT_WORLDS and UNEVEN_WORLD_FAMILIES")
 
 
 def _common_checks(name, world, per_rank, vision_calls):
