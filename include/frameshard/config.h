@@ -32,6 +32,9 @@
 //           split_exchange_cost: 1000  # * cost units per K/V row a piece
 //                                 # receives (SplitOptions::
 //                                 # exchange_row_cost), 0 to 2^40
+//           split_min_gain: 0.05  # * cut only when the modelled bottleneck
+//                                 # drops by at least this fraction, [0, 1)
+//                                 # (SplitOptions::min_gain)
 //           tower: qwen3-vl       # * tower whose FLOPs "auto" counts
 //           policy: threshold     # * threshold: min_tokens/min_frames;
 //                                 # auto: shard when the predicted vision
@@ -83,6 +86,7 @@ struct FrameShardingConfig {
   std::string gather = "all";
   bool split_frames = false;
   int64_t split_exchange_cost = 1000;
+  double split_min_gain = 0.05;
   std::string tower = "qwen3-vl";
   std::string policy = "threshold";
   double gather_bandwidth_gbps = kDefaultGatherBandwidthGbps;

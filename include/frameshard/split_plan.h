@@ -42,9 +42,10 @@
 // ranks, preferring a non-empty rank, then a frame boundary (the one whose
 // prefix cost is closest to total*r/world), and only when no boundary is
 // possible an interior position (closest to the same target). So a frame is
-// cut only where T* requires it. The split is used only when it strictly
-// helps on the model: T* < unsplit optimum * (1 - 1e-9); otherwise the plan
-// is exactly the unsplit one.
+// cut only where T* requires it. The split is used only when it helps enough
+// on the model: T* <= unsplit optimum * (1 - split.min_gain) (and strictly
+// below it by a relative 1e-9 when min_gain is 0); otherwise the plan is
+// exactly the unsplit one.
 //
 // Usage:
 //   frameshard::FrameSet fs = frameshard::expand_frames({{1, 128, 128}});

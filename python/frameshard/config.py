@@ -65,6 +65,9 @@ class FrameShardingConfig:
             pieces across ranks (plan() reports them; shard_vision needs a tower that takes
             pieces, and hf.enable patches the transformers Qwen-VL / GLM-4V towers to).
         split_exchange_cost: cost units per key/value row a piece receives (integer >= 0).
+        split_min_gain: cut frames only when that lowers the modelled slowest rank by at least
+            this fraction (in [0, 1); each cut adds one exchange per full-attention layer whose
+            latency the cost model leaves out).
         tower: the tower whose FLOPs "auto" counts (e.g. "qwen3-vl").
         policy: "threshold" (min_tokens / min_frames) or "auto" (shard when the predicted
             vision saving exceeds the predicted gather time).
@@ -83,6 +86,7 @@ class FrameShardingConfig:
     gather: str = "all"
     split_frames: bool = False
     split_exchange_cost: int = 1000
+    split_min_gain: float = 0.05
     tower: str = "qwen3-vl"
     policy: str = "threshold"
     gather_bandwidth_gbps: float = 25.0

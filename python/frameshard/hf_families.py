@@ -22,7 +22,7 @@ orders it for Nemotron Omni ("project, then gather"). The model's forward, which
 get_image_features, is unchanged; `disable` deletes the instance attribute. On the sharded path
 the output is the model's class with `pooler_output` (one tensor per image) only.
 
-What is split: whole images (the plan's unit is one image; its cost see `image_cost_alpha`).
+What is split: whole images (the plan's unit is one image; its cost: `plan_inputs`).
 Ranks without an image encode one zero 2 x 2 placeholder image (one output row, dropped; Megatron
 Bridge's placeholder is a 1 x 1 image padded to even), and with `min_local_patch_rows` zero floor
 images of the last image's grid; both pass through the whole chain, so every rank's parameters
@@ -53,7 +53,7 @@ from ._C import FrameshardError
 from .config import FrameShardingConfig
 from .hf import _STATE, _reraise, _skipped_by_compile, transformers_class_entry, unwrap_module
 from .shard import Mesh, Timeout, resolve_group, shard_vision
-from .towers import TowerDims, cost_model, tower_dims
+from .towers import TowerDims, tower_dims
 
 MERGE = 2  # both families merge 2 x 2 patches into one token (transformers splits by h*w // 2**2)
 
@@ -140,11 +140,14 @@ def plan_inputs(
         cfg, dims = frameshard.hf_families.plan_inputs(model, cfg)
         frameshard.plan(grid_thw, cp_size, cfg, tower=dims, temporal_patch_size=1)
 
-    with grid_thw one (1, h, w) row per image. Nemotron Omni: cost_alpha "auto" becomes
-    image_cost_alpha(model), RADIO's blocks plus prefix tokens and projector. PaddleOCR-VL: the
+    with grid_thw one (1, h, w) row per image. Both families' "auto" is the C++ FLOP model
+    (include/frameshard/cost.h) of these dims. Nemotron Omni: RADIO's blocks on p + P tokens
+    (P = num_cls_tokens + num_registers prefix tokens, tower_dims), the projector after the
+    2 x 2 pixel shuffle as the one merger (4d -> projector_hidden_size -> out on the p / 4
+    shuffled tokens; its RMSNorm not counted), as the C++ radio tower costs it. PaddleOCR-VL: the
     dims of its blocks with the projector as the one merger (norm, then linear 4d -> 4d and
     4d -> out on the merged tokens: exactly the merger cost.h counts, d (d m^2 + o)
-    multiply-adds per patch), so "auto" stays the C++ FLOP model."""
+    multiply-adds per patch)."""
     found = features_model(model)
     if found is None:
         raise FrameshardError(
@@ -154,48 +157,19 @@ def plan_inputs(
     model, family = found
     config = config if config is not None else FrameShardingConfig(enabled=True)
     dims = tower_dims(model.config)
-    if family.name == "nemotron_h_omni" and config.cost_alpha == "auto":
-        config = dataclasses.replace(config, cost_alpha=image_cost_alpha(model))
+    if family.name == "nemotron_h_omni":
+        proj = model.multi_modal_projector
+        dims = dataclasses.replace(
+            dims,
+            mergers=1,
+            merge_size=MERGE,
+            merger_hidden=int(proj.linear_1.out_features),
+            out_hidden=int(proj.linear_2.out_features),
+        )
     if family.name == "paddleocr_vl":
         out = int(model.projector.linear_2.out_features)
         dims = dataclasses.replace(dims, mergers=1, merge_size=MERGE, out_hidden=out)
     return config, dims
-
-
-def image_cost_alpha(model: torch.nn.Module) -> str:
-    """The cost_alpha `enable` plans a Nemotron Omni model's images with when cost_alpha is
-    "auto" (see plan_inputs): "quadratic:a,b,c" in seconds,
-    the C++ FLOP model of RADIO's blocks (frameshard.cost_model(tower_dims(vision config)))
-    extended in Python by what TowerDims cannot describe:
-
-      cost(p) = s * ((p + P)^2 + b (p + P) + e p)
-
-    for an image of p patches: RADIO attends over p + P tokens (P = num_cls_tokens +
-    num_registers prefix tokens per image) in every block; e is the projector on the p / 4
-    shuffled tokens (linear_1 4d -> h, linear_2 h -> out; its RMSNorm not counted), in the FLOP
-    model's units of 2 * width * depth multiply-adds; s is that model's seconds per unit (an
-    assumed 100 TFLOP/s, include/frameshard/cost.h), so the auto policy reads it as it reads the
-    FLOP model. The prefix term matters for small images: P = 10 on a 256-patch image is 8 % more
-    attention. An approximation like the FLOP model itself; calibrate for measured costs."""
-    found = features_model(model)
-    if found is None or found[1].name != "nemotron_h_omni":
-        raise FrameshardError(
-            "frameshard.hf_families.image_cost_alpha: expected a transformers Nemotron Omni model, "
-            "got %s" % type(model).__name__
-        )
-    model = found[0]
-    vision = model.config.vision_config
-    dims = tower_dims(vision)
-    flops = cost_model(dims, "auto")
-    prefix = int(vision.num_cls_tokens) + int(vision.num_registers)
-    proj = model.multi_modal_projector
-    h = int(proj.linear_1.out_features)
-    per_token = int(proj.linear_1.in_features) * h + h * int(proj.linear_2.out_features)
-    e = per_token / (MERGE * MERGE) / (2.0 * dims.hidden * dims.depth)
-    a, b, s = float(flops["a"]), float(flops["b"]), float(flops["seconds_per_unit"])
-    # a (p + P)^2 + b (p + P) + e p  =  a p^2 + (2 a P + b + e) p + (a P^2 + b P)
-    coef = (s * a, s * (2 * a * prefix + b + e), s * (a * prefix * prefix + b * prefix))
-    return "quadratic:%.17g,%.17g,%.17g" % coef
 
 
 def enable(

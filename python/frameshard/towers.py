@@ -37,6 +37,10 @@ class TowerDims:
         mergers: patch mergers (1, plus one per DeepStack layer of Qwen3-VL).
         merge_size: spatial_merge_size (merge_size^2 patches per merged token).
         out_hidden: the width the mergers project to (out_hidden_size; Qwen2-VL: hidden_size).
+        merger_hidden: the mergers' inner width; 0 for Qwen's hidden * merge_size^2 (Nemotron
+            Omni's projector after its pixel shuffle: projector_hidden_size).
+        prefix_tokens: tokens every frame carries through every block besides its patches
+            (RADIO: num_cls_tokens + num_registers); 0 for the Qwen towers.
     """
 
     name: str
@@ -49,6 +53,8 @@ class TowerDims:
     mergers: int = 0
     merge_size: int = 2
     out_hidden: int = 0
+    merger_hidden: int = 0
+    prefix_tokens: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -129,8 +135,8 @@ def _glm4v(c: Any) -> TowerDims:
 
 
 def _radio(c: Any) -> TowerDims:
-    # RADIO's blocks only: its cls / register prefix tokens and Nemotron Omni's projector are not
-    # TowerDims fields; frameshard.hf_families.image_cost_alpha adds both.
+    # RADIO's blocks with their cls / register prefix tokens; Nemotron Omni's pixel shuffle and
+    # projector (outside the vision config) are added as the merger by frameshard.hf_families.
     hidden = int(_get(c, "hidden_size"))
     mlp = int(hidden * float(_get(c, "mlp_ratio", 4.0)))
     swiglu = bool(_get(c, "use_swiglu_ffn", False))
@@ -142,6 +148,7 @@ def _radio(c: Any) -> TowerDims:
         hidden=hidden,
         intermediate=mlp,
         gated_mlp=swiglu,
+        prefix_tokens=int(_get(c, "num_cls_tokens", 0)) + int(_get(c, "num_registers", 0)),
     )
 
 

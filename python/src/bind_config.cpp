@@ -35,6 +35,7 @@ py::dict fields_dict(const FrameShardingConfig& fs) {
   d["gather"] = fs.gather;
   d["split_frames"] = fs.split_frames;
   d["split_exchange_cost"] = fs.split_exchange_cost;
+  d["split_min_gain"] = fs.split_min_gain;
   d["tower"] = fs.tower;
   d["policy"] = fs.policy;
   d["gather_bandwidth_gbps"] = fs.gather_bandwidth_gbps;
@@ -55,6 +56,8 @@ TowerDims tower_dims_from(const py::dict& d) {
   t.mergers = d["mergers"].cast<int64_t>();
   t.merge_size = d["merge_size"].cast<int64_t>();
   t.out_hidden = d["out_hidden"].cast<int64_t>();
+  t.merger_hidden = d["merger_hidden"].cast<int64_t>();
+  t.prefix_tokens = d["prefix_tokens"].cast<int64_t>();
   return t;
 }
 

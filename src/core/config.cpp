@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +28,19 @@ namespace frameshard {
 namespace {
 
 using namespace config_detail;  // NOLINT: the rule table reads through them
+
+// The shortest decimal text that reads back as `v` (0.05, not
+// 0.050000000000000003): YAML the user can read, exact on a round trip.
+std::string shortest_decimal(double v) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) {
+      break;
+    }
+  }
+  return buf;
+}
 
 class Schema {
  public:
@@ -301,6 +315,8 @@ std::string to_yaml(const Config& config) {
       << fs.split_frames;
   out << YAML::Key << "split_exchange_cost" << YAML::Value
       << fs.split_exchange_cost;
+  out << YAML::Key << "split_min_gain" << YAML::Value
+      << shortest_decimal(fs.split_min_gain);
   out << YAML::Key << "tower" << YAML::Value << fs.tower;
   out << YAML::Key << "policy" << YAML::Value << fs.policy;
   out << YAML::Key << "gather_bandwidth_gbps" << YAML::Value
@@ -337,6 +353,7 @@ PlanOptions options_for(
   o.policy.min_frames = fs.min_frames;
   o.split.enabled = fs.split_frames;
   o.split.exchange_row_cost = static_cast<double>(fs.split_exchange_cost);
+  o.split.min_gain = fs.split_min_gain;
   o.split.window_side = window_side_of(tower);
   o.policy.kind = parse_policy_kind(fs.policy, "policy");
   o.policy.gather_bandwidth_gbps = fs.gather_bandwidth_gbps;

@@ -71,6 +71,20 @@ Rule choice_rule(
   return Rule{std::move(path), std::move(read), std::move(check)};
 }
 
+// A plain number in `range` (config_values.h).
+template <class Field>
+Rule number_rule(std::string path, NumberRange range, Field field) {
+  Read read = [range, field](
+                  const YAML::Node& n,
+                  const std::string& p,
+                  Config& c,
+                  const Source& s) { field(c) = read_number(n, range, p, s); };
+  Check check = [range, field](const Config& c, const std::string& p) {
+    check_number(field(c), range, p);
+  };
+  return Rule{std::move(path), std::move(read), std::move(check)};
+}
+
 // true or false; `check` re-checks it against the rest of the config.
 template <class Field>
 Rule bool_rule(std::string path, Field field, Check check = no_check) {
@@ -180,6 +194,10 @@ void add_partitioning(std::vector<Rule>& rules) {
       0,
       [](auto& c) -> auto& { return c.frame_sharding.split_exchange_cost; },
       kMaxSplitExchangeCost));
+  rules.push_back(number_rule(
+      fs_key("split_min_gain"), NumberRange::kFraction, [](auto& c) -> auto& {
+        return c.frame_sharding.split_min_gain;
+      }));
 }
 
 // The tower preset (the cost model's shape) and the auto policy's inputs.
@@ -204,17 +222,9 @@ void add_tower_and_policy(std::vector<Rule>& rules) {
       fs_key("policy"), "threshold", "auto", [](auto& c) -> auto& {
         return c.frame_sharding.policy;
       }));
-  rules.push_back(Rule{
-      fs_key("gather_bandwidth_gbps"),
-      [](const YAML::Node& n,
-         const std::string& p,
-         Config& c,
-         const Source& s) {
-        c.frame_sharding.gather_bandwidth_gbps = read_positive_number(n, p, s);
-      },
-      [](const Config& c, const std::string& p) {
-        check_positive_number(c.frame_sharding.gather_bandwidth_gbps, p);
-      }});
+  rules.push_back(number_rule(
+      fs_key("gather_bandwidth_gbps"), NumberRange::kPositive, [
+      ](auto& c) -> auto& { return c.frame_sharding.gather_bandwidth_gbps; }));
 }
 
 }  // namespace

@@ -421,9 +421,28 @@ std::string read_cost_alpha(
   return text;
 }
 
-double read_positive_number(
-    const YAML::Node& n, const std::string& path, const Source& s) {
-  const char* expected = "a number > 0";
+namespace {
+
+const char* number_expectation(NumberRange range) {
+  return range == NumberRange::kPositive ? "a number > 0"
+                                         : "a number in [0, 1)";
+}
+
+bool in_range(double v, NumberRange range) {
+  if (!std::isfinite(v)) {
+    return false;
+  }
+  return range == NumberRange::kPositive ? v > 0.0 : v >= 0.0 && v < 1.0;
+}
+
+}  // namespace
+
+double read_number(
+    const YAML::Node& n,
+    NumberRange range,
+    const std::string& path,
+    const Source& s) {
+  const char* expected = number_expectation(range);
   if (!n.IsScalar() || !is_plain_scalar(n)) {
     config_error(path, expected, render(n), s.at(n));
   }
@@ -432,18 +451,21 @@ double read_positive_number(
   errno = 0;
   const double v = std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || errno != 0 ||
-      !(v > 0.0) || !std::isfinite(v)) {
+      !in_range(v, range)) {
     config_error(path, expected, render(n), s.at(n));
   }
   return v;
 }
 
-void check_positive_number(
-    double v, const std::string& path, const std::string& where) {
-  if (!(v > 0.0) || !std::isfinite(v)) {
+void check_number(
+    double v,
+    NumberRange range,
+    const std::string& path,
+    const std::string& where) {
+  if (!in_range(v, range)) {
     std::ostringstream got;
     got << v;
-    config_error(path, "a number > 0", got.str(), where);
+    config_error(path, number_expectation(range), got.str(), where);
   }
 }
 

@@ -127,12 +127,24 @@ std::string read_cost_alpha(
     const std::string& path,
     const Source& s);
 
-// A plain (unquoted) finite number > 0, e.g. 25 or 12.5.
-double read_positive_number(
-    const YAML::Node& n, const std::string& path, const Source& s);
+// The ranges a plain (unquoted) finite number key may take.
+enum class NumberRange {
+  kPositive,  // > 0, e.g. 25 or 12.5
+  kFraction,  // in [0, 1), e.g. 0.05 or 0
+};
 
-void check_positive_number(
-    double v, const std::string& path, const std::string& where = "");
+// A plain finite number in `range`, else the config error naming it.
+double read_number(
+    const YAML::Node& n,
+    NumberRange range,
+    const std::string& path,
+    const Source& s);
+
+void check_number(
+    double v,
+    NumberRange range,
+    const std::string& path,
+    const std::string& where = "");
 
 std::vector<std::string> read_mesh_dims(
     const YAML::Node& n, const std::string& path, const Source& s);

@@ -164,6 +164,12 @@ void check_split_options(const PlanOptions& o) {
       fn,
       "expected options.split.exchange_row_cost finite and >= 0, got ",
       e);
+  const double g = o.split.min_gain;
+  FRAMESHARD_CHECK(
+      std::isfinite(g) && g >= 0.0 && g < 1.0,
+      fn,
+      "expected options.split.min_gain in [0, 1), got ",
+      g);
   const int64_t merge = o.layout.spatial_merge_size;
   FRAMESHARD_CHECK(
       o.split.window_side >= 0 &&
@@ -234,7 +240,11 @@ SplitPartition split_partition(
     const double lo = P[n] / static_cast<double>(world);
     best = split_bottleneck(rows, world, lo, best);
   }
-  if (best < out.unsplit_max_cost * (1.0 - kHelpMargin)) {
+  // A cut must buy at least min_gain of the bottleneck (the exchanges'
+  // fixed latency is not in the model), and always strictly more than
+  // rounding.
+  const double keep = out.unsplit_max_cost * (1.0 - options.split.min_gain);
+  if (best <= keep && best < out.unsplit_max_cost * (1.0 - kHelpMargin)) {
     out.split = true;
     out.row_cuts = place_cuts(rows, world, best);
   } else {

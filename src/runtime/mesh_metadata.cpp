@@ -307,7 +307,8 @@ uint64_t plan_options_fingerprint(
         plan.policy.gather_row_bytes,
         int64_t{plan.split.enabled},
         plan.split.window_side,
-        bits_of(plan.split.exchange_row_cost)}) {
+        bits_of(plan.split.exchange_row_cost),
+        bits_of(plan.split.min_gain)}) {
     fp.add(v);
   }
   return fp.finish();

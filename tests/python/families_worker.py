@@ -14,6 +14,7 @@ gradient checkpointing, bf16 parameters) and call only its forward, as a trainer
 """
 
 import copy
+import dataclasses
 import os
 import sys
 
@@ -207,7 +208,8 @@ def scenario_static(rank, world, group):
     glm = frameshard.tower_dims(Glm4vVisionConfig(**fm.GLM_VISION))
     moe = fm.glm4v_moe_vision()
     model = fm.omni_model()
-    blocks = frameshard.cost_model(frameshard.tower_dims(model.config))  # RADIO's blocks only
+    _, omni_dims = hf_families.plan_inputs(model)
+    bare = dataclasses.replace(omni_dims, mergers=0, prefix_tokens=0)  # RADIO's blocks alone
     hf.enable(model, group, frameshard.FrameShardingConfig(enabled=True))
     stored = getattr(model, hf._STATE).config.cost_alpha
     patched = "get_image_features" in vars(model) and hf.is_enabled(model)
@@ -218,9 +220,9 @@ def scenario_static(rank, world, group):
         "glm_b": frameshard.cost_model(glm)["b"],
         "moe_dims_equal": frameshard.tower_dims(moe) == glm,
         "moe_family": hf.family_of(moe),
-        "omni_alpha": hf_families.image_cost_alpha(model),
-        "radio_b": blocks["b"],
-        "radio_seconds_per_unit": blocks["seconds_per_unit"],
+        "omni_dims": omni_dims.as_dict(),
+        "omni_cost": frameshard.cost_model(omni_dims),
+        "radio_b": frameshard.cost_model(bare)["b"],
         "stored_alpha": stored,
         "patched": patched,
         "restored": restored,

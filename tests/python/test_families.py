@@ -113,19 +113,25 @@ def test_glm4v_tower_dims_and_cost(world_results):
 def test_omni_image_cost_counts_prefix_tokens_and_projector(world_results):
     _, per_rank = _scenario(world_results, "static")
     res = per_rank[0]
-    spec = res["omni_alpha"]
-    a, b, c = (float(x) for x in spec[len("quadratic:") :].split(","))
+    dims, cost = res["omni_dims"], res["omni_cost"]
+    # RADIO's blocks carry the prefix tokens; the projector after the pixel shuffle is the merger.
+    assert (dims["name"], dims["prefix_tokens"], dims["mergers"], dims["merge_size"]) == (
+        "radio", fm.OMNI_PREFIX, 1, 2
+    )  # fmt: skip
+    assert (dims["merger_hidden"], dims["out_hidden"]) == (48, 32)
     assert res["radio_b"] == 2 * 32 + 128  # RADIO's blocks, plain MLP: 2d + f per layer
-    s, prefix = res["radio_seconds_per_unit"], fm.OMNI_PREFIX
+    s, prefix = cost["seconds_per_unit"], fm.OMNI_PREFIX
+    assert s > 0  # the auto policy reads it as it reads every FLOP model
     # The projector on p/4 shuffled tokens: (4d * 48 + 48 * 32) / 4 multiply-adds per patch, in
     # units of 2 * d * depth.
     e = (128 * 48 + 48 * 32) / 4 / (2 * 32 * 2)
+    a, b, c = cost["a"], cost["b"], cost["c"]
     for p in (4, 16, 64):
-        want = s * ((p + prefix) ** 2 + res["radio_b"] * (p + prefix) + e * p)
+        want = (p + prefix) ** 2 + res["radio_b"] * (p + prefix) + e * p
         assert a * p * p + b * p + c == pytest.approx(want, rel=1e-12), p
     assert c > 0  # a 2 x 2 image still costs its prefix tokens
-    # enable plans with it under cost_alpha "auto"; disable restores get_image_features.
-    assert res["stored_alpha"] == spec and res["patched"] and res["restored"]
+    # enable plans with the FLOP model of these dims; disable restores get_image_features.
+    assert res["stored_alpha"] == "auto" and res["patched"] and res["restored"]
     assert res["mesh"]["raised"] == "FrameshardError"
     assert "expected mesh=None for a nemotron_h_omni model" in res["mesh"]["message"]
 
@@ -149,10 +155,11 @@ def test_parity_and_local_rows(world_results, name):
         assert all(r["plan_pad"][1] > 1 for r in per_rank)
     if name.startswith("omni") or name == "paddleocr":
         for res in per_rank:
-            # Nemotron Omni: the Python quadratic with RADIO's prefix tokens; PaddleOCR-VL: the C++
-            # FLOP model of its blocks with the projector as the merger.
+            # The C++ FLOP model of the blocks with the projector as the merger (and, for
+            # Nemotron Omni, RADIO's prefix tokens).
             paddle = "auto (paddleocr_vl depth 2, width 32, mlp 64, 1 merger"
-            want = "quadratic a=" if name.startswith("omni") else paddle
+            omni = "auto (radio depth 2, width 32, mlp 128, 1 merger of width 48 to 32, 5 prefix tokens"
+            want = omni if name.startswith("omni") else paddle
             assert res["cost_model"].startswith(want), res["cost_model"]
             assert all(s == res["tokens"] for s in res["split_sizes"]), res["split_sizes"]
     if name == "omni_few":

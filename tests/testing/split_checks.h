@@ -39,6 +39,7 @@ inline PlanOptions split_options(int64_t world, double exchange = 0.0) {
   o.cost = CostModel::quadratic(1.0, 0.0, 0.0);
   o.split.enabled = true;
   o.split.exchange_row_cost = exchange;
+  o.split.min_gain = 0.0;  // the exact planner: any strict gain
   return o;
 }
 

@@ -48,6 +48,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(x.partitioner, y.partitioner);
   EXPECT_EQ(x.split_frames, y.split_frames);
   EXPECT_EQ(x.split_exchange_cost, y.split_exchange_cost);
+  EXPECT_EQ(x.split_min_gain, y.split_min_gain);
   EXPECT_EQ(x.gather, y.gather);
   EXPECT_EQ(x.tower, y.tower);
   EXPECT_EQ(x.policy, y.policy);
@@ -265,7 +266,7 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
       msg,
       "(enabled, mesh_dims, min_tokens, min_frames, min_local_patch_rows, "
       "cost_alpha, partitioner, gather, split_frames, split_exchange_cost, "
-      "tower, policy, gather_bandwidth_gbps)");
+      "split_min_gain, tower, policy, gather_bandwidth_gbps)");
 
   msg = error_of(
       [] { parse_config("distributed:\n  multimodal:\n    audio: {}\n"); });
@@ -399,6 +400,8 @@ TEST(Config, ToYamlRoundTrips) {
   configs[1].frame_sharding.gather = "owner";
   configs[3].frame_sharding.split_frames = true;
   configs[3].frame_sharding.split_exchange_cost = 0;
+  configs[3].frame_sharding.split_min_gain = 0.125;
+  configs[2].frame_sharding.split_min_gain = 0.1;  // not exact in binary
   configs[2].frame_sharding.cost_alpha = "quadratic:1,2.5,0";
   configs[2].frame_sharding.partitioner = "count";
   configs[3].frame_sharding.cost_alpha = "automodel:qwen3.5";

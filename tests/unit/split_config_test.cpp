@@ -111,6 +111,26 @@ TEST(SplitFramesConfig, ExchangeCostIsANonNegativeIntegerWithALimit) {
   EXPECT_EQ(c.frame_sharding.split_exchange_cost, 0);
 }
 
+TEST(SplitFramesConfig, MinimumGainIsAFractionBelowOne) {
+  EXPECT_EQ(plan_options(Config{}).split.min_gain, 0.05);
+  expect_contains(to_yaml(Config{}), "split_min_gain: 0.05\n");
+  Config c;
+  apply_override(c, kFsPath + ".split_min_gain", "0");
+  EXPECT_EQ(plan_options(c).split.min_gain, 0.0);
+  apply_override(c, kFsPath + ".split_min_gain", "0.2");
+  EXPECT_EQ(plan_options(c).split.min_gain, 0.2);
+  for (const std::string bad : {"1", "-0.1", "true", "[0.1]", "nan", "5%"}) {
+    SCOPED_TRACE(bad);
+    Config d;
+    expect_contains(
+        error_of([&] { apply_override(d, kFsPath + ".split_min_gain", bad); }),
+        kFsPath + ".split_min_gain: expected a number in [0, 1), got ");
+  }
+  expect_contains(
+      error_of([] { parse_config(fs_doc("        split_min_gain: 1.5\n")); }),
+      "expected a number in [0, 1), got 1.5");
+}
+
 TEST(SplitFramesConfig, WindowTowersCutOnWindowRows) {
   Config c;
   c.frame_sharding.split_frames = true;

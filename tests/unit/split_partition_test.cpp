@@ -7,16 +7,20 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "testing/expect_error.h"
 #include "testing/split_checks.h"
 
 namespace frameshard {
 namespace {
 
 using testing::check_split_plan;
+using testing::error_of;
+using testing::expect_contains;
 using testing::relative_gap;
 using testing::row_cuts_of;
 using testing::split_options;
@@ -195,6 +199,38 @@ TEST(SplitPartition, FramesNoDenserThanTheExchangeCostAreNeverSplit) {
     EXPECT_FALSE(make_plan({{1, 32, 32}}, o).split);
     o.split.exchange_row_cost = 1023.0;
     EXPECT_TRUE(make_plan({{1, 32, 32}}, o).split);
+  }
+}
+
+TEST(SplitPartition, ACutMustBuyAtLeastTheMinimumGain) {
+  // One 1024-row frame (cost p^2, density 1024) over 2 ranks: halves cost
+  // 512 (1024 + e) against 1024^2 whole, a gain of (1024 - e) / 2048.
+  const Grid grid{{1, 32, 32}};
+  PlanOptions o = split_options(2, 900.0);  // gain 124 / 2048 = 0.0605
+  o.split.min_gain = 0.05;
+  EXPECT_TRUE(make_plan(grid, o).split);
+  o.split.min_gain = 124.0 / 2048.0;  // exactly the gain: still cut
+  EXPECT_TRUE(make_plan(grid, o).split);
+  o.split.min_gain = 0.061;
+  const ShardPlan kept = make_plan(grid, o);
+  EXPECT_FALSE(kept.split);
+  PlanOptions off = o;
+  off.split.enabled = false;
+  EXPECT_EQ(kept.fingerprint, make_plan(grid, off).fingerprint);
+  // The default asks 5 %: a 3.6 % gain (e = 950) is not worth the exchanges.
+  o = split_options(2, 950.0);
+  EXPECT_TRUE(make_plan(grid, o).split);
+  o.split.min_gain = SplitOptions{}.min_gain;
+  EXPECT_EQ(o.split.min_gain, 0.05);
+  EXPECT_FALSE(make_plan(grid, o).split);
+}
+
+TEST(SplitPartition, MinimumGainOutsideZeroToOneIsAnError) {
+  for (const double g : {-0.01, 1.0, std::nan("")}) {
+    PlanOptions o = split_options(2);
+    o.split.min_gain = g;
+    const std::string msg = error_of([&] { make_plan({{1, 32, 32}}, o); });
+    expect_contains(msg, "expected options.split.min_gain in [0, 1), got ");
   }
 }
 
