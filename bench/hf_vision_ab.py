@@ -19,6 +19,8 @@ repeated so that drift hits them alike:
   count       Megatron's rule: equal frame counts, the remainder on the last rank
   split       (--split) frameshard with split_frames: pieces of large frames on several ranks
               (frameshard.hf_split patches the transformers tower's full-attention blocks)
+  split-calibrated  split_frames with the calibrated arm's cost (what the FLOP model leaves
+              out, the per-frame constants, then weighs the pieces against the whole frames)
 
 Per arm and repeat the slowest rank's process CPU seconds (ranks share the machine's cores:
 CPU time is the work a rank does) and wall seconds; the median over repeats; ratios to
@@ -44,7 +46,7 @@ import sys
 import tempfile
 import time
 
-ARMS_ALL = ("replicated", "frameshard", "calibrated", "preset", "greedy", "count", "split")
+ARMS_ALL = ("replicated", "frameshard", "calibrated", "preset", "greedy", "count", "split", "split-calibrated")
 
 
 def arm_config(arm, family_preset, calibration=None):
@@ -66,6 +68,8 @@ def arm_config(arm, family_preset, calibration=None):
         # The Python towers take pieces (frameshard.hf_split): a frame larger than a rank's share
         # is cut, each piece attending to its whole frame's K/V (one exchange per layer).
         return frameshard.FrameShardingConfig(**base, split_frames=True)
+    if arm == "split-calibrated":
+        return frameshard.FrameShardingConfig(**base, split_frames=True, cost_alpha=calibration)
     raise ValueError(arm)
 
 
@@ -117,7 +121,7 @@ def worker(args):
     c = visual.config
     features = c.in_channels * c.temporal_patch_size * c.patch_size**2
     calibration = os.path.join(os.path.dirname(args.store), "calibration.txt")
-    if "calibrated" in args.arms:
+    if any(arm.endswith("calibrated") for arm in args.arms):
         # One calibration for every rank: ranks that planned with different costs would disagree.
         if args.rank == 0:
             frameshard.calibrate(visual, calibration, sizes=args.calibration_sizes, repeats=3)
@@ -205,7 +209,7 @@ def print_report(report):
         print("  %s: %d patch rows in %d frames (largest %d)" % (preset, p["patch_rows"], p["frames"],
                                                                  p["largest_frame_rows"]))
         for arm, a in p["arms"].items():
-            print("    %-10s cpu %7.3f s  wall %7.3f s  spread %.2f  /replicated %s  /frameshard %s  /ideal %s"
+            print("    %-16s cpu %7.3f s  wall %7.3f s  spread %.2f  /replicated %s  /frameshard %s  /ideal %s"
                   % (arm, a["slowest_rank_cpu_s"], a["slowest_rank_wall_s"], a["cpu_spread"],
                      "%.3f" % a["vs_replicated"] if a["vs_replicated"] else "-",
                      "%.3f" % a["vs_frameshard"] if a["vs_frameshard"] else "-",

@@ -29,9 +29,11 @@
 //                                 # a frame into pieces of its patch rows
 //                                 # across ranks (frameshard/split_plan.h);
 //                                 # needs partitioner optimal
-//           split_exchange_cost: 1000  # * cost units per K/V row a piece
-//                                 # receives (SplitOptions::
-//                                 # exchange_row_cost), 0 to 2^40
+//           split_exchange_cost: 1000  # * FLOP-model units per K/V row a
+//                                 # piece receives (SplitOptions::
+//                                 # exchange_row_cost, converted to
+//                                 # seconds for a calibrated cost_alpha),
+//                                 # 0 to 2^40
 //           split_min_gain: 0.05  # * cut only when the modelled bottleneck
 //                                 # drops by at least this fraction, [0, 1)
 //                                 # (SplitOptions::min_gain)

@@ -64,7 +64,8 @@ class FrameShardingConfig:
         split_frames: let the optimal partitioner cut frames larger than a rank's share into
             pieces across ranks (plan() reports them; shard_vision needs a tower that takes
             pieces, and hf.enable patches the transformers Qwen-VL / GLM-4V towers to).
-        split_exchange_cost: cost units per key/value row a piece receives (integer >= 0).
+        split_exchange_cost: units of the tower's FLOP model per key/value row a piece receives
+            (integer >= 0; with a calibrated cost_alpha the plan converts it to seconds).
         split_min_gain: cut frames only when that lowers the modelled slowest rank by at least
             this fraction (in [0, 1); each cut adds one exchange per full-attention layer whose
             latency the cost model leaves out).

@@ -357,10 +357,15 @@ PlanOptions options_for(
   o.split.window_side = window_side_of(tower);
   o.policy.kind = parse_policy_kind(fs.policy, "policy");
   o.policy.gather_bandwidth_gbps = fs.gather_bandwidth_gbps;
+  const double flop_seconds = flop_cost_model(tower).seconds_per_unit;
   if (o.cost.seconds_per_unit <= 0.0) {
     // A bare alpha or automodel: the units of the tower's FLOP model.
-    o.cost.seconds_per_unit = flop_cost_model(tower).seconds_per_unit;
+    o.cost.seconds_per_unit = flop_seconds;
   }
+  // split_exchange_cost is in the units of the tower's FLOP model; a
+  // calibrated cost counts seconds, where 1000 units a row would make every
+  // frame too expensive to cut, so it moves into the cost model's units.
+  o.split.exchange_row_cost *= flop_seconds / o.cost.seconds_per_unit;
   return o;
 }
 

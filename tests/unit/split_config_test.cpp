@@ -1,11 +1,14 @@
 // The frame_sharding.split_frames key: parse, validation, dotted override,
 // round trip and the plan options it sets.
 #include <frameshard/config.h>
+#include <frameshard/cost.h>
 #include <frameshard/error.h>
+#include <frameshard/plan.h>
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "testing/expect_error.h"
 
@@ -129,6 +132,35 @@ TEST(SplitFramesConfig, MinimumGainIsAFractionBelowOne) {
   expect_contains(
       error_of([] { parse_config(fs_doc("        split_min_gain: 1.5\n")); }),
       "expected a number in [0, 1), got 1.5");
+}
+
+TEST(SplitFramesConfig, ExchangeCostFollowsACalibratedCostIntoSeconds) {
+  // split_exchange_cost is in FLOP-model units; a calibrated cost counts
+  // seconds, so 1000 "units" a row must become 1000 FLOP units' seconds,
+  // not 1000 s a row (which made every frame too dear to cut).
+  Config c;
+  c.frame_sharding.split_frames = true;
+  c.frame_sharding.cost_alpha = "quadratic:1e-9,1e-5,1e-3";
+  const PlanOptions o = plan_options(c);
+  const double flop_seconds =
+      flop_cost_model(tower_preset("qwen3-vl")).seconds_per_unit;
+  EXPECT_DOUBLE_EQ(o.split.exchange_row_cost, 1000.0 * flop_seconds);
+  // In FLOP units it stays as written, whatever the alpha.
+  c.frame_sharding.cost_alpha = "1000";
+  EXPECT_EQ(plan_options(c).split.exchange_row_cost, 1000.0);
+  // The calibrated plan cuts the page that bounds it (at 1000 s a row it
+  // did not).
+  c.frame_sharding.cost_alpha = "quadratic:1e-9,1e-5,1e-3";
+  c.frame_sharding.enabled = true;
+  c.frame_sharding.min_tokens = 0;
+  PlanOptions cp4 = plan_options(c);
+  cp4.world = 4;
+  std::vector<GridThw> grid = {{1, 64, 64}};
+  for (int i = 0; i < 8; ++i) {
+    grid.push_back({1, 16, 16});
+  }
+  const ShardPlan plan = make_plan(grid, cp4);
+  EXPECT_TRUE(plan.split);
 }
 
 TEST(SplitFramesConfig, WindowTowersCutOnWindowRows) {
