@@ -21,6 +21,7 @@
 #include <frameshard/runtime/process_group.h>
 #include <frameshard/train/train_config.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -67,6 +68,14 @@ train::TrainConfig resolve_recipe(
     FRAMESHARD_CHECK(
         a.steps >= 1, command, "expected --steps >= 1, got ", a.steps);
     train::apply_train_override(cfg, "train.steps", std::to_string(a.steps));
+  }
+  // Spawned ranks read this recipe from a temporary directory, against which
+  // a relative manifest or model_dir (a relative recipe's, or an override's)
+  // would resolve: pin them to this working directory.
+  for (std::string* p : {&cfg.data.manifest, &cfg.model.model_dir}) {
+    if (!p->empty()) {
+      *p = std::filesystem::absolute(*p).lexically_normal().string();
+    }
   }
   return cfg;
 }
