@@ -490,11 +490,13 @@ std::shared_ptr<PatchMergerImpl> make_merger(
 
 Rotary tower_rotary(
     const TowerSpec& spec, const at::Tensor& coords, const at::Tensor& x) {
-  return rotary_tables(
-      coords.to(x.device()),
+  // Built on the CPU, where the coordinates are (no device sync), then moved.
+  const Rotary r = rotary_tables(
+      coords.cpu(),
       spec.dim / spec.heads,
       spec.rope_theta,
       accum_dtype(x.scalar_type()));
+  return {r.cos.to(x.device()), r.sin.to(x.device())};
 }
 
 int64_t layer_slot(const std::vector<int64_t>& layers, size_t i) {

@@ -210,7 +210,7 @@ Rotary rotary_tables(
   // HF: inv_freq = 1 / theta ** (arange(0, d, 2) / d) with d = head_dim / 2
   // (head_dim / 4 frequencies, shared by h and w).
   const int64_t d = head_dim / 2;
-  const auto opts = at::TensorOptions().dtype(dtype).device(coords.device());
+  const auto opts = at::TensorOptions().dtype(dtype);  // on the CPU
   at::Tensor inv_freq =
       at::reciprocal(at::pow(theta, at::arange(0, d, 2, opts) / d));
   // Like HF, the angles of every coordinate value 0..max once (the same
@@ -221,11 +221,11 @@ Rotary rotary_tables(
   // processes with two threads, on a loaded 2-core machine; sin of the same
   // tensor right after was exact), which the tiny parity towers amplified
   // past their 1e-4 bound.
-  const at::Tensor flat = coords.reshape({-1}).to(at::kLong);
+  const at::Tensor flat = coords.reshape({-1}).to(at::kCPU, at::kLong);
   const int64_t span = flat.numel() > 0 ? flat.max().item<int64_t>() + 1 : 1;
   const at::Tensor angles =
       (at::arange(span, opts).unsqueeze(-1) * inv_freq)  // [span, f]
-          .to(at::kCPU, at::kDouble)
+          .to(at::kDouble)
           .contiguous();
   at::Tensor cos_table = at::empty_like(angles);
   at::Tensor sin_table = at::empty_like(angles);
@@ -238,10 +238,9 @@ Rotary rotary_tables(
   }
   const int64_t rows = coords.size(0);
   auto per_row = [&](const at::Tensor& table) {  // [rows, 2 * f], h then w
-    const at::Tensor hw = table.to(coords.device(), dtype)
-                              .index_select(0, flat.to(coords.device()))
-                              .reshape({rows, 2 * inv_freq.numel()});
-    return at::cat({hw, hw}, -1);
+    const at::Tensor hw = table.to(dtype).index_select(0, flat).reshape(
+        {rows, 2 * inv_freq.numel()});
+    return at::cat({hw, hw}, -1).to(coords.device());
   };
   return {per_row(cos_table), per_row(sin_table)};
 }

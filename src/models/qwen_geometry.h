@@ -56,7 +56,9 @@ at::Tensor patch_coordinates(const std::vector<GridThw>& grid, int64_t merge);
 
 /// Rotary tables [rows, head_dim] in `dtype`: per row the angles of h then
 /// w over head_dim / 4 frequencies theta^(-2i / (head_dim / 2)), the whole
-/// repeated twice (rotate_half convention).
+/// repeated twice (rotate_half convention). cos and sin are correctly
+/// rounded (libm in double, one thread), computed on the CPU and returned
+/// on coords' device.
 struct Rotary {
   at::Tensor cos, sin;
 };
