@@ -4,11 +4,11 @@
 #include "models/qwen_geometry.h"
 
 #include "tower/check.h"
+#include "tower/exact_trig.h"
 
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 namespace frameshard {
@@ -214,28 +214,15 @@ Rotary rotary_tables(
   at::Tensor inv_freq =
       at::reciprocal(at::pow(theta, at::arange(0, d, 2, opts) / d));
   // Like HF, the angles of every coordinate value 0..max once (the same
-  // float products as coords * inv_freq), then gathered per row. cos and
-  // sin of that small table are libm's in double, rounded to dtype, in one
-  // thread: torch's CPU cos of a tensor large enough to run in two threads
-  // was measured to come out of one chunk about 1.5e-4 off (4 of 75 fresh
-  // processes with two threads, on a loaded 2-core machine; sin of the same
-  // tensor right after was exact), which the tiny parity towers amplified
-  // past their 1e-4 bound.
+  // float products as coords * inv_freq), then gathered per row; cos and sin
+  // of that small table from libm (exact_trig.h: torch's CPU cos was seen
+  // off by 1.5e-4 in one thread's chunk, past the parity towers' bound).
   const at::Tensor flat = coords.reshape({-1}).to(at::kCPU, at::kLong);
   const int64_t span = flat.numel() > 0 ? flat.max().item<int64_t>() + 1 : 1;
-  const at::Tensor angles =
-      (at::arange(span, opts).unsqueeze(-1) * inv_freq)  // [span, f]
-          .to(at::kDouble)
-          .contiguous();
-  at::Tensor cos_table = at::empty_like(angles);
-  at::Tensor sin_table = at::empty_like(angles);
-  const double* a = angles.data_ptr<double>();
-  double* c = cos_table.data_ptr<double>();
-  double* s = sin_table.data_ptr<double>();
-  for (int64_t i = 0; i < angles.numel(); ++i) {
-    c[i] = std::cos(a[i]);
-    s[i] = std::sin(a[i]);
-  }
+  const auto trig = ::frameshard::detail::exact_cos_sin(
+      at::arange(span, opts).unsqueeze(-1) * inv_freq);  // [span, f]
+  const at::Tensor& cos_table = trig.cos;
+  const at::Tensor& sin_table = trig.sin;
   const int64_t rows = coords.size(0);
   auto per_row = [&](const at::Tensor& table) {  // [rows, 2 * f], h then w
     const at::Tensor hw = table.to(dtype).index_select(0, flat).reshape(

@@ -5,6 +5,7 @@
 #include <frameshard/train/cp_attention.h>
 
 #include "tower/check.h"
+#include "tower/exact_trig.h"
 
 #include <string>
 
@@ -29,9 +30,21 @@ at::Tensor rotary(
       theta,
       -at::arange(0, dim, 2, x.options().dtype(ft)) / static_cast<double>(dim));
   at::Tensor ang = positions.to(ft).unsqueeze(1) * inv.unsqueeze(0);
-  at::Tensor emb = at::cat({ang, ang}, 1);  // [n, dim]
-  at::Tensor cos = emb.cos().to(x.scalar_type());
-  at::Tensor sin = emb.sin().to(x.scalar_type());
+  // cos and sin from libm on the CPU (tower/exact_trig.h: torch's CPU cos
+  // was seen off by 1.5e-4 in one thread's chunk); torch's on a GPU.
+  at::Tensor c;
+  at::Tensor s;
+  if (ang.is_cpu()) {
+    const ::frameshard::detail::CosSin trig =
+        ::frameshard::detail::exact_cos_sin(ang);
+    c = trig.cos;
+    s = trig.sin;
+  } else {
+    c = ang.cos();
+    s = ang.sin();
+  }
+  const at::Tensor cos = at::cat({c, c}, 1).to(x.scalar_type());  // [n, dim]
+  const at::Tensor sin = at::cat({s, s}, 1).to(x.scalar_type());
   at::Tensor x1 = x.narrow(2, 0, dim / 2);
   at::Tensor x2 = x.narrow(2, dim / 2, dim - dim / 2);
   at::Tensor rotated = at::cat({-x2, x1}, 2);
