@@ -21,6 +21,8 @@ repeated so that drift hits them alike:
               (frameshard.hf_split patches the transformers tower's full-attention blocks)
   split-calibrated  split_frames with the calibrated arm's cost (what the FLOP model leaves
               out, the per-frame constants, then weighs the pieces against the whole frames)
+              and the exchange latency frameshard.calibrate_exchange measures on the group
+              (CPU clock, like the calibration), which a cut must pay per full-attention layer
 
 Per arm and repeat the slowest rank's process CPU seconds (ranks share the machine's cores:
 CPU time is the work a rank does) and wall seconds; the median over repeats; ratios to
@@ -49,7 +51,7 @@ import time
 ARMS_ALL = ("replicated", "frameshard", "calibrated", "preset", "greedy", "count", "split", "split-calibrated")
 
 
-def arm_config(arm, family_preset, calibration=None):
+def arm_config(arm, family_preset, calibration=None, latency_us=None):
     import frameshard
 
     base = dict(enabled=True, min_tokens=0, min_frames=0)
@@ -69,7 +71,9 @@ def arm_config(arm, family_preset, calibration=None):
         # is cut, each piece attending to its whole frame's K/V (one exchange per layer).
         return frameshard.FrameShardingConfig(**base, split_frames=True)
     if arm == "split-calibrated":
-        return frameshard.FrameShardingConfig(**base, split_frames=True, cost_alpha=calibration)
+        return frameshard.FrameShardingConfig(
+            **base, split_frames=True, cost_alpha=calibration, split_exchange_latency_us=latency_us
+        )
     raise ValueError(arm)
 
 
@@ -126,7 +130,11 @@ def worker(args):
         if args.rank == 0:
             frameshard.calibrate(visual, calibration, sizes=args.calibration_sizes, repeats=3)
         dist.barrier()
-    results = {}
+    latency_us = None
+    if "split-calibrated" in args.arms:
+        # Collective: every rank gets the same figure (the slowest rank's).
+        latency_us = frameshard.calibrate_exchange(dist.group.WORLD, clock="cpu")
+    results = {"exchange_latency_us": latency_us}
     for preset in args.presets:
         grid = batch_grid(preset, args.seed, args.scale)
         grid_t = torch.tensor([list(g) for g in grid], dtype=torch.int64)
@@ -142,7 +150,7 @@ def worker(args):
                     hf.disable(visual)
                 else:
                     hf.enable(visual, dist.group.WORLD,
-                              arm_config(arm, PRESET_OF_FAMILY[args.family], calibration))
+                              arm_config(arm, PRESET_OF_FAMILY[args.family], calibration, latency_us))
                 visual.zero_grad(set_to_none=True)
                 dist.barrier()
                 cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -159,7 +167,7 @@ def worker(args):
                 if rep >= args.warmup:
                     times[arm].append((cpu, wall))
                 if arm != "replicated" and arm not in plans:
-                    p = frameshard.plan(grid, args.cp, arm_config(arm, PRESET_OF_FAMILY[args.family], calibration),
+                    p = frameshard.plan(grid, args.cp, arm_config(arm, PRESET_OF_FAMILY[args.family], calibration, latency_us),
                                         tower=visual, spatial_merge_size=c.spatial_merge_size)
                     plans[arm] = {"cost_model": p.cost_model, "path": p.path, "split": p.split,
                                   "rank_patch_rows": [r.local_patch_rows for r in p.ranks]}
@@ -175,7 +183,8 @@ def worker(args):
 
 def summarize(args, per_rank):
     report = {"family": args.family, "width": args.width, "depth": args.depth, "cp": args.cp,
-              "scale": args.scale, "seed": args.seed, "repeats": args.repeats, "presets": {}}
+              "scale": args.scale, "seed": args.seed, "repeats": args.repeats,
+              "exchange_latency_us": per_rank[0]["exchange_latency_us"], "presets": {}}
     for preset in args.presets:
         first = per_rank[0][preset]
         arms = {}
@@ -205,6 +214,9 @@ def print_report(report):
     print("hf_vision_ab: %s width %d depth %d, CP %d, scale %d, seed %d, median of %d (slowest rank, process CPU s)"
           % (report["family"], report["width"], report["depth"], report["cp"], report["scale"], report["seed"],
              report["repeats"]))
+    if report["exchange_latency_us"] is not None:
+        print("  exchange latency (frameshard.calibrate_exchange, CPU clock): %.0f us per full-attention layer"
+              % report["exchange_latency_us"])
     for preset, p in report["presets"].items():
         print("  %s: %d patch rows in %d frames (largest %d)" % (preset, p["patch_rows"], p["frames"],
                                                                  p["largest_frame_rows"]))

@@ -37,6 +37,13 @@
 //           split_min_gain: 0.05  # * cut only when the modelled bottleneck
 //                                 # drops by at least this fraction, [0, 1)
 //                                 # (SplitOptions::min_gain)
+//           split_exchange_latency_us: 50  # * fixed latency of one K/V
+//                                 # exchange (one full-attention layer,
+//                                 # forward + backward), microseconds, >= 0;
+//                                 # a split plan pays it on every rank per
+//                                 # full-attention layer (SplitOptions::
+//                                 # exchange_fixed_cost); measure it with
+//                                 # frameshard.calibrate_exchange
 //           tower: qwen3-vl       # * tower whose FLOPs "auto" counts
 //           policy: threshold     # * threshold: min_tokens/min_frames;
 //                                 # auto: shard when the predicted vision
@@ -77,6 +84,11 @@ namespace frameshard {
 inline constexpr const char* kFrameShardingPath =
     "distributed.multimodal.vision.frame_sharding";
 
+/// Default frame_sharding.split_exchange_latency_us: one small all-to-all
+/// forward and one backward inside an NVLink node (about 25 us each with
+/// NCCL): a documented guess; frameshard.calibrate_exchange measures it.
+constexpr double kDefaultSplitExchangeLatencyUs = 50.0;
+
 struct FrameShardingConfig {
   bool enabled = false;
   std::vector<std::string> mesh_dims{"cp"};
@@ -89,6 +101,7 @@ struct FrameShardingConfig {
   bool split_frames = false;
   int64_t split_exchange_cost = 1000;
   double split_min_gain = 0.05;
+  double split_exchange_latency_us = kDefaultSplitExchangeLatencyUs;
   std::string tower = "qwen3-vl";
   std::string policy = "threshold";
   double gather_bandwidth_gbps = kDefaultGatherBandwidthGbps;

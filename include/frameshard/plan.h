@@ -66,6 +66,13 @@ struct SplitOptions {
   /// 1.2 % on the model made the step 1.34x and 1.42x slower. 0: any strict
   /// gain (up to a relative 1e-9).
   double min_gain = 0.05;
+  /// Cost, in the cost model's units, that a split plan adds on every rank
+  /// per step whatever its rows: the fixed latency of its K/V exchanges (one
+  /// per full-attention layer, forward and backward). A split is taken only
+  /// when its bottleneck plus this still gains min_gain, and the split
+  /// plan's rank costs include it. The config sets it from
+  /// split_exchange_latency_us; 0 here (a bare PlanOptions).
+  double exchange_fixed_cost = 0.0;
 };
 
 struct PlanOptions {

@@ -43,9 +43,11 @@
 // prefix cost is closest to total*r/world), and only when no boundary is
 // possible an interior position (closest to the same target). So a frame is
 // cut only where T* requires it. The split is used only when it helps enough
-// on the model: T* <= unsplit optimum * (1 - split.min_gain) (and strictly
-// below it by a relative 1e-9 when min_gain is 0); otherwise the plan is
-// exactly the unsplit one.
+// on the model: T* + F <= unsplit optimum * (1 - split.min_gain) (and
+// strictly below it by a relative 1e-9 when min_gain is 0), where F =
+// split.exchange_fixed_cost is the exchanges' fixed latency that every rank
+// of a split plan pays (so F moves no cut, and the split plan's rank costs
+// include it); otherwise the plan is exactly the unsplit one.
 //
 // Usage:
 //   frameshard::FrameSet fs = frameshard::expand_frames({{1, 128, 128}});
@@ -96,7 +98,7 @@ struct SplitPartition {
   /// [row_cuts[r], row_cuts[r + 1]). Frame boundaries or allowed interior
   /// positions; non-decreasing, row_cuts[0] = 0, row_cuts[world] = total.
   std::vector<int64_t> row_cuts;
-  std::vector<double> rank_costs;  // per rank (model above)
+  std::vector<double> rank_costs;  // per rank (model above; + F if split)
   double max_cost = 0.0;           // max of rank_costs
   double unsplit_max_cost = 0.0;   // optimal_bottleneck of the unit costs
   /// True when the split strictly helps (some frame is cut); otherwise

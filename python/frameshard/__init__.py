@@ -25,6 +25,7 @@ from .plan import FrameUnit, Plan, RankPlan, plan, workload
 from .shard import FramePiece, Mesh, all_gather_rows, shard_vision, visual_token_owners
 from .towers import TowerDims, cost_model, tower_dims
 from .calibrate import Calibration, calibrate
+from .calibrate_exchange import calibrate_exchange
 
 # The CMake project version, compiled into the extension (pyproject.toml reads the same).
 __version__ = _C.build_info()["version"]
@@ -81,6 +82,7 @@ __all__ = [
     "all_gather_rows",
     "build_info",
     "calibrate",
+    "calibrate_exchange",
     "cost_model",
     "hf",
     "parse_yaml",

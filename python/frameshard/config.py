@@ -67,8 +67,11 @@ class FrameShardingConfig:
         split_exchange_cost: units of the tower's FLOP model per key/value row a piece receives
             (integer >= 0; with a calibrated cost_alpha the plan converts it to seconds).
         split_min_gain: cut frames only when that lowers the modelled slowest rank by at least
-            this fraction (in [0, 1); each cut adds one exchange per full-attention layer whose
-            latency the cost model leaves out).
+            this fraction, [0, 1), after split_exchange_latency_us is paid.
+        split_exchange_latency_us: fixed latency of one key/value exchange (one full-attention
+            layer, forward + backward) in microseconds, >= 0: a split plan pays it on every rank
+            once per full-attention layer. Default 50 (NCCL inside a node, a guess); measure
+            yours with frameshard.calibrate_exchange.
         tower: the tower whose FLOPs "auto" counts (e.g. "qwen3-vl").
         policy: "threshold" (min_tokens / min_frames) or "auto" (shard when the predicted
             vision saving exceeds the predicted gather time).
@@ -88,6 +91,7 @@ class FrameShardingConfig:
     split_frames: bool = False
     split_exchange_cost: int = 1000
     split_min_gain: float = 0.05
+    split_exchange_latency_us: float = 50.0
     tower: str = "qwen3-vl"
     policy: str = "threshold"
     gather_bandwidth_gbps: float = 25.0

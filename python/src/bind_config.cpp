@@ -36,6 +36,7 @@ py::dict fields_dict(const FrameShardingConfig& fs) {
   d["split_frames"] = fs.split_frames;
   d["split_exchange_cost"] = fs.split_exchange_cost;
   d["split_min_gain"] = fs.split_min_gain;
+  d["split_exchange_latency_us"] = fs.split_exchange_latency_us;
   d["tower"] = fs.tower;
   d["policy"] = fs.policy;
   d["gather_bandwidth_gbps"] = fs.gather_bandwidth_gbps;

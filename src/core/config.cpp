@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -33,6 +34,10 @@ using namespace config_detail;  // NOLINT: the rule table reads through them
 // 0.050000000000000003): YAML the user can read, exact on a round trip.
 std::string shortest_decimal(double v) {
   char buf[32];
+  if (v == std::trunc(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);  // 50, not 5e+01
+    return buf;
+  }
   for (int digits = 1; digits <= 17; ++digits) {
     std::snprintf(buf, sizeof buf, "%.*g", digits, v);
     if (std::strtod(buf, nullptr) == v) {
@@ -317,6 +322,8 @@ std::string to_yaml(const Config& config) {
       << fs.split_exchange_cost;
   out << YAML::Key << "split_min_gain" << YAML::Value
       << shortest_decimal(fs.split_min_gain);
+  out << YAML::Key << "split_exchange_latency_us" << YAML::Value
+      << shortest_decimal(fs.split_exchange_latency_us);
   out << YAML::Key << "tower" << YAML::Value << fs.tower;
   out << YAML::Key << "policy" << YAML::Value << fs.policy;
   out << YAML::Key << "gather_bandwidth_gbps" << YAML::Value
@@ -366,6 +373,11 @@ PlanOptions options_for(
   // calibrated cost counts seconds, where 1000 units a row would make every
   // frame too expensive to cut, so it moves into the cost model's units.
   o.split.exchange_row_cost *= flop_seconds / o.cost.seconds_per_unit;
+  // The exchanges' fixed latency: one per full-attention layer, in seconds,
+  // into the cost model's units.
+  o.split.exchange_fixed_cost = fs.split_exchange_latency_us * 1e-6 *
+                                static_cast<double>(tower.full_layers()) /
+                                o.cost.seconds_per_unit;
   return o;
 }
 

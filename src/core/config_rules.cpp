@@ -198,6 +198,11 @@ void add_partitioning(std::vector<Rule>& rules) {
       fs_key("split_min_gain"), NumberRange::kFraction, [](auto& c) -> auto& {
         return c.frame_sharding.split_min_gain;
       }));
+  rules.push_back(number_rule(
+      fs_key("split_exchange_latency_us"), NumberRange::kNonNegative, [
+      ](auto& c) -> auto& {
+        return c.frame_sharding.split_exchange_latency_us;
+      }));
 }
 
 // The tower preset (the cost model's shape) and the auto policy's inputs.

@@ -424,15 +424,30 @@ std::string read_cost_alpha(
 namespace {
 
 const char* number_expectation(NumberRange range) {
-  return range == NumberRange::kPositive ? "a number > 0"
-                                         : "a number in [0, 1)";
+  switch (range) {
+    case NumberRange::kPositive:
+      return "a number > 0";
+    case NumberRange::kFraction:
+      return "a number in [0, 1)";
+    case NumberRange::kNonNegative:
+      break;
+  }
+  return "a number >= 0";
 }
 
 bool in_range(double v, NumberRange range) {
   if (!std::isfinite(v)) {
     return false;
   }
-  return range == NumberRange::kPositive ? v > 0.0 : v >= 0.0 && v < 1.0;
+  switch (range) {
+    case NumberRange::kPositive:
+      return v > 0.0;
+    case NumberRange::kFraction:
+      return v >= 0.0 && v < 1.0;
+    case NumberRange::kNonNegative:
+      break;
+  }
+  return v >= 0.0;
 }
 
 }  // namespace

@@ -129,8 +129,9 @@ std::string read_cost_alpha(
 
 // The ranges a plain (unquoted) finite number key may take.
 enum class NumberRange {
-  kPositive,  // > 0, e.g. 25 or 12.5
-  kFraction,  // in [0, 1), e.g. 0.05 or 0
+  kPositive,     // > 0, e.g. 25 or 12.5
+  kFraction,     // in [0, 1), e.g. 0.05 or 0
+  kNonNegative,  // >= 0, e.g. 50 or 0
 };
 
 // A plain finite number in `range`, else the config error naming it.

@@ -170,6 +170,12 @@ void check_split_options(const PlanOptions& o) {
       fn,
       "expected options.split.min_gain in [0, 1), got ",
       g);
+  const double f = o.split.exchange_fixed_cost;
+  FRAMESHARD_CHECK(
+      std::isfinite(f) && f >= 0.0,
+      fn,
+      "expected options.split.exchange_fixed_cost finite and >= 0, got ",
+      f);
   const int64_t merge = o.layout.spatial_merge_size;
   FRAMESHARD_CHECK(
       o.split.window_side >= 0 &&
@@ -240,11 +246,13 @@ SplitPartition split_partition(
     const double lo = P[n] / static_cast<double>(world);
     best = split_bottleneck(rows, world, lo, best);
   }
-  // A cut must buy at least min_gain of the bottleneck (the exchanges'
-  // fixed latency is not in the model), and always strictly more than
-  // rounding.
+  // A cut must buy at least min_gain of the bottleneck after paying the
+  // exchanges' fixed latency (the same on every rank, so it does not move
+  // the optimum's cuts), and always strictly more than rounding.
+  const double fixed = options.split.exchange_fixed_cost;
   const double keep = out.unsplit_max_cost * (1.0 - options.split.min_gain);
-  if (best <= keep && best < out.unsplit_max_cost * (1.0 - kHelpMargin)) {
+  if (best + fixed <= keep &&
+      best + fixed < out.unsplit_max_cost * (1.0 - kHelpMargin)) {
     out.split = true;
     out.row_cuts = place_cuts(rows, world, best);
   } else {
@@ -255,7 +263,8 @@ SplitPartition split_partition(
   }
   out.rank_costs.resize(static_cast<size_t>(world));
   for (int64_t r = 0; r < world; ++r) {
-    out.rank_costs[r] = rows.range_cost(out.row_cuts[r], out.row_cuts[r + 1]);
+    out.rank_costs[r] = rows.range_cost(out.row_cuts[r], out.row_cuts[r + 1]) +
+                        (out.split ? fixed : 0.0);
     out.max_cost = std::max(out.max_cost, out.rank_costs[r]);
   }
   return out;

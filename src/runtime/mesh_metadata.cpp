@@ -308,7 +308,8 @@ uint64_t plan_options_fingerprint(
         int64_t{plan.split.enabled},
         plan.split.window_side,
         bits_of(plan.split.exchange_row_cost),
-        bits_of(plan.split.min_gain)}) {
+        bits_of(plan.split.min_gain),
+        bits_of(plan.split.exchange_fixed_cost)}) {
     fp.add(v);
   }
   return fp.finish();

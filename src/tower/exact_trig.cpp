@@ -11,10 +11,11 @@ namespace detail {
 
 CosSin exact_cos_sin(const at::Tensor& angles) {
   FRAMESHARD_TORCH_CHECK(
-      at::isFloatingType(angles.scalar_type()), "exact_cos_sin",
-      "expected floating-point angles, got ", angles.scalar_type());
-  const at::Tensor a =
-      angles.to(at::kCPU).to(at::kDouble).contiguous();
+      at::isFloatingType(angles.scalar_type()),
+      "exact_cos_sin",
+      "expected floating-point angles, got ",
+      angles.scalar_type());
+  const at::Tensor a = angles.to(at::kCPU).to(at::kDouble).contiguous();
   at::Tensor c = at::empty_like(a);
   at::Tensor s = at::empty_like(a);
   const double* ap = a.data_ptr<double>();

@@ -37,10 +37,11 @@ TEST(ExactCosSin, RefusesIntegerAnglesNamingTheType) {
     exact_cos_sin(at::arange(4));
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what_without_backtrace()).find(
-                  "frameshard::exact_cos_sin: expected floating-point "
+    EXPECT_NE(
+        std::string(e.what_without_backtrace())
+            .find("frameshard::exact_cos_sin: expected floating-point "
                   "angles, got Long"),
-              std::string::npos)
+        std::string::npos)
         << e.what_without_backtrace();
   }
 }

@@ -15,6 +15,7 @@ rank, gradients SUM-all-reduced over the group; the plan must cut a frame):
   user:<case>      a pure-torch tower taking pieces (UserTower), float64
   raise            rank 1's tower raises between two exchanges: every rank must raise
   refuse           split_frames with a tower that does not take pieces: the error
+  latency          frameshard.calibrate_exchange: one figure on every rank
 """
 
 import contextlib
@@ -41,10 +42,16 @@ TIMEOUT_S = 60
 
 
 def config():
-    # No exchange cost: the tiny towers' rows cost less than a realistic K/V row would, which
-    # would forbid every cut. No floor padding: the pieces are what is tested.
+    # No exchange cost or latency: the tiny towers' rows cost less than a realistic K/V row (and
+    # exchange) would, which would forbid every cut. No floor padding: the pieces are tested.
     return frameshard.FrameShardingConfig(
-        enabled=True, min_tokens=0, min_frames=0, min_local_patch_rows=0, split_frames=True, split_exchange_cost=0
+        enabled=True,
+        min_tokens=0,
+        min_frames=0,
+        min_local_patch_rows=0,
+        split_frames=True,
+        split_exchange_cost=0,
+        split_exchange_latency_us=0.0,
     )
 
 
@@ -242,6 +249,12 @@ def refuses(rank, world, group):
     return {"error_text": ""}
 
 
+def latency(rank, world, group):
+    """frameshard.calibrate_exchange on the group: every rank gets the same figure."""
+    us = frameshard.calibrate_exchange(group, layers=4, repeats=3, clock="wall", timeout=TIMEOUT_S)
+    return {"us": us}
+
+
 SCENARIOS = {}
 for _family in split_models.FAMILIES:
     for _case in CASES:
@@ -252,6 +265,7 @@ for _case in CASES:
     SCENARIOS["user:%s" % _case] = user_parity(_case)
 SCENARIOS["raise"] = raises
 SCENARIOS["refuse"] = refuses
+SCENARIOS["latency"] = latency
 
 # Worlds above 2 (uneven pieces, a rank without pieces next to ranks with two) run the families
 # whose vision code differs: the MoE vision modules run the dense ones' code (the same attention,

@@ -93,12 +93,15 @@ def _family_dir(fixtures, family):
     return os.path.join(root, family)
 
 
-# Split frames: frame_sharding.split_frames on, and no exchange cost (the tiny towers' rows cost
-# less than the default cost of a bf16 row at realistic widths, which would forbid every cut).
+# Split frames: frame_sharding.split_frames on, and no exchange cost or latency (the tiny towers'
+# rows cost less than the default cost of a bf16 row and of an exchange at realistic widths, which
+# would forbid every cut).
 SPLIT_OVERRIDES = [
     "--distributed.multimodal.vision.frame_sharding.split_frames",
     "true",
     "--distributed.multimodal.vision.frame_sharding.split_exchange_cost",
+    "0",
+    "--distributed.multimodal.vision.frame_sharding.split_exchange_latency_us",
     "0",
 ]
 

@@ -116,6 +116,14 @@ def test_a_tower_without_pieces_refuses_split_frames(world_results):
         assert "split_frames: expected false for a Python tower that does not take pieces" in res["error_text"], res
 
 
+def test_calibrate_exchange_gives_every_rank_the_same_positive_latency(world_results):
+    world, per_rank = _scenario(world_results, "latency")
+    values = [res["us"] for res in per_rank]
+    assert len(set(values)) == 1, values
+    # Gloo on loopback between processes: tens of microseconds at least, well under a second.
+    assert 1.0 < values[0] < 1e6, values
+
+
 # ------------------------------------------------------------- single process
 
 

@@ -108,6 +108,26 @@ def test_plan_with_split_frames_lists_pieces():
         frameshard.FrameShardingConfig(split_frames=True, partitioner="lpt")
 
 
+def test_split_exchange_latency_is_paid_by_every_rank_of_a_split_plan():
+    # One 4096-row page at CP 4 under Qwen3-VL FLOPs (27 full-attention layers): the cut gains
+    # about 70 % of 0.17 s; 10 ms a layer (0.27 s) costs more than that, 50 us (1.35 ms) does not.
+    def cfg(us):
+        return frameshard.FrameShardingConfig(
+            enabled=True, min_tokens=0, min_local_patch_rows=0, split_frames=True, split_exchange_latency_us=us
+        )
+
+    free = frameshard.plan([[1, 64, 64]], cp_size=4, config=cfg(0.0))
+    paid = frameshard.plan([[1, 64, 64]], cp_size=4, config=cfg(50.0))
+    assert free.split and paid.split
+    # A FLOP-model unit is 12 d L_full FLOPs at 1e14 FLOP/s (frameshard/cost.h); d = 1152.
+    fixed = 50e-6 * 27 / (12 * 1152 * 27 / 1e14)
+    assert paid.rank_costs == pytest.approx([c + fixed for c in free.rank_costs], rel=1e-9)
+    kept = frameshard.plan([[1, 64, 64]], cp_size=4, config=cfg(10000.0))
+    assert not kept.split and max(kept.rank_costs) == pytest.approx(kept.unsplit_max_cost)
+    with pytest.raises(frameshard.FrameshardError, match="split_exchange_latency_us: expected a number >= 0, got -1"):
+        cfg(-1.0)
+
+
 def test_plan_bad_grid_raises_frameshard_error():
     with pytest.raises(frameshard.FrameshardError, match="divisible by spatial_merge_size"):
         frameshard.plan([[1, 3, 4]], cp_size=2)

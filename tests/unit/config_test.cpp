@@ -49,6 +49,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(x.split_frames, y.split_frames);
   EXPECT_EQ(x.split_exchange_cost, y.split_exchange_cost);
   EXPECT_EQ(x.split_min_gain, y.split_min_gain);
+  EXPECT_EQ(x.split_exchange_latency_us, y.split_exchange_latency_us);
   EXPECT_EQ(x.gather, y.gather);
   EXPECT_EQ(x.tower, y.tower);
   EXPECT_EQ(x.policy, y.policy);
@@ -266,7 +267,8 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
       msg,
       "(enabled, mesh_dims, min_tokens, min_frames, min_local_patch_rows, "
       "cost_alpha, partitioner, gather, split_frames, split_exchange_cost, "
-      "split_min_gain, tower, policy, gather_bandwidth_gbps)");
+      "split_min_gain, split_exchange_latency_us, tower, policy, "
+      "gather_bandwidth_gbps)");
 
   msg = error_of(
       [] { parse_config("distributed:\n  multimodal:\n    audio: {}\n"); });

@@ -163,6 +163,37 @@ TEST(SplitFramesConfig, ExchangeCostFollowsACalibratedCostIntoSeconds) {
   EXPECT_TRUE(plan.split);
 }
 
+TEST(SplitFramesConfig, ExchangeLatencyIsMicrosecondsPerFullAttentionLayer) {
+  // 50 us by default, times the tower's full-attention layers (Qwen3-VL:
+  // 27 of 27; Qwen2.5-VL: 4 of 32), in the cost model's units.
+  expect_contains(to_yaml(Config{}), "split_exchange_latency_us: 50\n");
+  const double flop_seconds =
+      flop_cost_model(tower_preset("qwen3-vl")).seconds_per_unit;
+  EXPECT_DOUBLE_EQ(
+      plan_options(Config{}).split.exchange_fixed_cost,
+      50e-6 * 27 / flop_seconds);
+  Config c;
+  c.frame_sharding.cost_alpha = "quadratic:1e-9,1e-5,1e-3";  // seconds
+  EXPECT_DOUBLE_EQ(plan_options(c).split.exchange_fixed_cost, 50e-6 * 27);
+  c.frame_sharding.tower = "qwen2.5-vl";
+  EXPECT_DOUBLE_EQ(plan_options(c).split.exchange_fixed_cost, 50e-6 * 4);
+  apply_override(c, kFsPath + ".split_exchange_latency_us", "2500.5");
+  EXPECT_DOUBLE_EQ(plan_options(c).split.exchange_fixed_cost, 2500.5e-6 * 4);
+  apply_override(c, kFsPath + ".split_exchange_latency_us", "0");
+  EXPECT_EQ(plan_options(c).split.exchange_fixed_cost, 0.0);
+  EXPECT_EQ(
+      parse_config(to_yaml(c)).frame_sharding.split_exchange_latency_us, 0.0);
+  for (const std::string bad : {"-1", "nan", "inf", "true", "50us"}) {
+    SCOPED_TRACE(bad);
+    Config d;
+    expect_contains(
+        error_of([&] {
+          apply_override(d, kFsPath + ".split_exchange_latency_us", bad);
+        }),
+        kFsPath + ".split_exchange_latency_us: expected a number >= 0, got ");
+  }
+}
+
 TEST(SplitFramesConfig, WindowTowersCutOnWindowRows) {
   Config c;
   c.frame_sharding.split_frames = true;

@@ -225,6 +225,50 @@ TEST(SplitPartition, ACutMustBuyAtLeastTheMinimumGain) {
   EXPECT_FALSE(make_plan(grid, o).split);
 }
 
+TEST(SplitPartition, TheExchangesFixedLatencyIsPaidBeforeTheMinimumGain) {
+  // The frame of ACutMustBuyAtLeastTheMinimumGain: halves at e = 900 gain
+  // 6.05 % of 1024^2. A fixed cost F on every rank leaves 6.05 % - F.
+  const Grid grid{{1, 32, 32}};
+  PlanOptions o = split_options(2, 900.0);
+  o.split.min_gain = 0.05;
+  const double whole = 1024.0 * 1024.0;
+  const SplitPartition free = split_partition(expand_frames(grid), o);
+  ASSERT_TRUE(free.split);
+  o.split.exchange_fixed_cost = 0.01 * whole;  // 5.05 % left: cut
+  const SplitPartition paid = split_partition(expand_frames(grid), o);
+  ASSERT_TRUE(paid.split);
+  EXPECT_EQ(paid.row_cuts, free.row_cuts);  // the same on every rank
+  for (size_t r = 0; r < paid.rank_costs.size(); ++r) {
+    EXPECT_DOUBLE_EQ(paid.rank_costs[r], free.rank_costs[r] + 0.01 * whole);
+  }
+  EXPECT_DOUBLE_EQ(paid.max_cost, free.max_cost + 0.01 * whole);
+  EXPECT_EQ(make_plan(grid, o).partition.rank_costs, paid.rank_costs);
+  o.split.exchange_fixed_cost = 0.02 * whole;  // 4.05 % left: kept whole
+  const ShardPlan kept = make_plan(grid, o);
+  EXPECT_FALSE(kept.split);
+  PlanOptions off = o;
+  off.split.enabled = false;
+  EXPECT_EQ(kept.fingerprint, make_plan(grid, off).fingerprint);
+  // With no minimum gain, a fixed cost above the whole gain keeps it too.
+  o.split.min_gain = 0.0;
+  o.split.exchange_fixed_cost = 0.07 * whole;
+  EXPECT_FALSE(make_plan(grid, o).split);
+  o.split.exchange_fixed_cost = 0.06 * whole;
+  EXPECT_TRUE(make_plan(grid, o).split);
+}
+
+TEST(SplitPartition, NegativeOrNonFiniteFixedCostIsAnError) {
+  for (const double f : {-1.0, std::nan(""), HUGE_VAL}) {
+    PlanOptions o = split_options(2);
+    o.split.exchange_fixed_cost = f;
+    expect_contains(
+        error_of([&] {
+          make_plan({{1, 32, 32}}, o);
+        }),
+        "expected options.split.exchange_fixed_cost finite and >= 0, got ");
+  }
+}
+
 TEST(SplitPartition, MinimumGainOutsideZeroToOneIsAnError) {
   for (const double g : {-0.01, 1.0, std::nan("")}) {
     PlanOptions o = split_options(2);

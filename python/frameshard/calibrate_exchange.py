@@ -1,0 +1,138 @@
+"""`calibrate_exchange`: measure the fixed latency of split frames' key/value exchange.
+
+A split plan (`split_frames`) adds one synchronising exchange per full-attention layer on every
+rank, whatever its rows. The planner charges it as `split_exchange_latency_us` per layer (forward
+and backward together) and cuts a frame only when the modelled gain still exceeds
+`split_min_gain` after paying it. The default (50 us) is a guess for NCCL inside one node; this
+measures the group you train on, with the clock your cost calibration used:
+
+    us = frameshard.calibrate_exchange(group)             # collective: every rank calls it
+    cfg = frameshard.FrameShardingConfig(enabled=True, split_frames=True, cost_alpha="cal.txt",
+                                         split_exchange_latency_us=us)
+
+How: `shard_vision` runs a probe tower on one small frame cut over every rank, once with `layers`
+exchanges a call and once with 2 * `layers`, forward + backward; the difference of the medians,
+divided by `layers`, is one exchange's latency, free of the call's own costs. Every rank returns
+the same figure (the largest rank's), so every rank plans with it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+from ._C import FrameshardError
+from .config import FrameShardingConfig
+from .shard import Timeout, resolve_group, shard_vision
+
+_MERGE = 2
+_FEATURES = 16
+
+
+class _ExchangeProbe(torch.nn.Module):
+    """A tower whose only work is `layers` exchanges of its (small) rows."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(_FEATURES, width)
+        self.layers = 1
+
+    def forward(self, pixel_values, grid_thw, cu_seqlens, *, pieces, exchange):  # noqa: ANN001
+        x = self.proj(pixel_values)
+        for _ in range(self.layers):
+            outs = exchange(x) if exchange is not None else [x]
+            x = outs[0] + sum(o.mean(0) for o in outs[1:]) if len(outs) > 1 else outs[0]
+        return x.reshape(-1, _MERGE * _MERGE * x.shape[1])
+
+
+def _probe_config() -> FrameShardingConfig:
+    # Cut the one frame over every rank, whatever it costs: the probe measures, it does not plan.
+    return FrameShardingConfig(
+        enabled=True,
+        min_tokens=0,
+        min_frames=0,
+        min_local_patch_rows=0,
+        split_frames=True,
+        split_exchange_cost=0,
+        split_min_gain=0.0,
+        split_exchange_latency_us=0.0,
+    )
+
+
+def calibrate_exchange(
+    group: Optional[dist.ProcessGroup] = None,
+    *,
+    layers: int = 8,
+    repeats: int = 5,
+    width: int = 64,
+    clock: str = "auto",
+    device: Optional[torch.device] = None,
+    timeout: Timeout = None,
+) -> float:
+    """Microseconds of one split-frame key/value exchange, forward + backward, on `group`.
+
+    Collective over `group` (None: the default group); every rank returns the same value, the
+    largest rank's. A group of one rank has no exchange: 0.0.
+
+    Args:
+        layers: exchanges per probe call (the second call runs twice as many).
+        repeats: timed calls of each kind (the median is kept), after one warm-up of each.
+        width: features of a row the probe exchanges (a latency probe: keep it small).
+        clock: "cpu" (process CPU time, as `calibrate` uses when ranks share cores), "wall",
+            "cuda" (wall after a device synchronize) or "auto" (cuda on a CUDA device, else cpu).
+            Use the clock of the cost calibration the latency is weighed against.
+        device: of the probe's rows (default: the current CUDA device for an NCCL group, else
+            the CPU).
+    """
+    if clock not in ("auto", "cpu", "wall", "cuda"):
+        raise FrameshardError(
+            "frameshard.calibrate_exchange: clock: expected auto, cpu, wall or cuda, got %r" % (clock,)
+        )
+    if int(layers) < 1 or int(repeats) < 1:
+        raise FrameshardError(
+            "frameshard.calibrate_exchange: expected layers >= 1 and repeats >= 1, got %r and %r"
+            % (layers, repeats)
+        )
+    pg = resolve_group(group, "calibrate_exchange")
+    world = pg.size()
+    if world < 2:
+        return 0.0
+    if device is None:
+        nccl = dist.get_backend(pg) == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    device = torch.device(device)
+    use = ("cuda" if device.type == "cuda" else "cpu") if clock == "auto" else clock
+    timer: Callable[[], float] = time.process_time if use == "cpu" else time.perf_counter
+
+    probe = _ExchangeProbe(int(width)).to(device)
+    rows = _MERGE * _MERGE * 4 * world  # a frame of 2*world x 8 patches: 4 merged tokens a rank
+    grid = [[1, 2 * world, 8]]
+    pixels = torch.randn(rows, _FEATURES, generator=torch.Generator().manual_seed(0)).to(device)
+    config = _probe_config()
+
+    def timed(n: int) -> float:
+        probe.layers = n
+        dist.barrier(group=pg)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = timer()
+        out = shard_vision(probe, pixels, grid, pg, config, spatial_merge_size=_MERGE, timeout=timeout)
+        out.float().square().mean().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return timer() - start
+
+    def median(n: int) -> float:
+        timed(n)  # warm-up
+        times = sorted(timed(n) for _ in range(int(repeats)))
+        return times[len(times) // 2]
+
+    one = median(int(layers))
+    two = median(2 * int(layers))
+    per_exchange = max(0.0, (two - one) / int(layers)) * 1e6
+    value = torch.tensor([per_exchange], dtype=torch.float64, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=pg)
+    return float(value.item())
