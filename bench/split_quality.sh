@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Split frames: plan quality with and without cutting frames across ranks,
 # on the four presets at cp 2 to 64, means over seeds 0..N-1 (default 20),
-# default cost model (auto = Qwen3-VL FLOPs) and exchange_row_cost (1000).
+# default cost model (auto = Qwen3-VL FLOPs), exchange_row_cost (1000),
+# split_min_gain (0.05) and split_exchange_latency_us (50 us a layer).
 # max/mean is over the whole frames' mean cost (total / cp) in both columns;
 # "work+exch" is the split plan's total cost (pieces' work plus their K/V
 # exchange) / cp over that mean: the split plan's own floor. The exchange is
