@@ -216,6 +216,64 @@ std::vector<int64_t> piece_slots(
   return slot;
 }
 
+// One attention call: a piece alone (`piece`), or `count` consecutive whole
+// segments of one length `n`, run as one batch.
+struct AttentionGroup {
+  int64_t first = 0;  // segment
+  int64_t count = 1;
+  int64_t n = 0;  // rows per segment
+  bool piece = false;
+};
+
+std::vector<AttentionGroup> attention_groups(
+    const std::vector<int64_t>& cu,
+    const std::vector<int64_t>& slot,
+    int64_t heads) {
+  std::vector<AttentionGroup> groups;
+  const auto segments = static_cast<int64_t>(cu.size()) - 1;
+  int64_t s = 0;
+  while (s < segments) {
+    const int64_t n = cu[s + 1] - cu[s];
+    if (slot[static_cast<size_t>(s)] >= 0) {
+      groups.push_back({s, 1, n, true});
+      ++s;
+      continue;
+    }
+    // Each batch entry is computed on its own (no attention across
+    // segments); the batch is capped so that its scores stay bounded.
+    const int64_t max_batch = std::max<int64_t>(
+        1, kMaxScoreElements / std::max<int64_t>(1, heads * n * n));
+    int64_t e = s + 1;
+    while (e < segments && e - s < max_batch && cu[e + 1] - cu[e] == n &&
+           slot[static_cast<size_t>(e)] < 0) {
+      ++e;
+    }
+    groups.push_back({s, e - s, n, false});
+    s = e;
+  }
+  return groups;
+}
+
+// The rows of every group of `t` (and any rows outside `cu` at either end,
+// unused), from one split: its backward is one cat. A narrow per group would
+// give every group's backward a zero-filled gradient of all rows, summed by
+// autograd: O(groups x rows) per tensor and layer, which made a batch of many
+// frames cost more than linearly (RADIO's A/B ran 0.34 of replicated at CP 2).
+std::vector<at::Tensor> group_rows(
+    const at::Tensor& t,
+    const std::vector<int64_t>& cu,
+    const std::vector<AttentionGroup>& groups) {
+  std::vector<int64_t> sizes;
+  sizes.reserve(groups.size() + 2);
+  sizes.push_back(cu.front());
+  for (const AttentionGroup& g : groups) {
+    sizes.push_back(g.count * g.n);
+  }
+  sizes.push_back(t.size(0) - cu.back());
+  std::vector<at::Tensor> parts = t.split_with_sizes(sizes, 0);
+  return {parts.begin() + 1, parts.end() - 1};
+}
+
 }  // namespace
 
 at::Tensor VisionAttentionImpl::forward(
@@ -253,50 +311,41 @@ at::Tensor VisionAttentionImpl::forward(
   }
   const std::vector<int64_t> slot = piece_slots(split, cu);
 
+  const std::vector<AttentionGroup> groups = attention_groups(cu, slot, heads_);
+  const std::vector<at::Tensor> qs = group_rows(q, cu, groups);
+  const std::vector<at::Tensor> ks = group_rows(k, cu, groups);
+  const std::vector<at::Tensor> vs = group_rows(v, cu, groups);
   std::vector<at::Tensor> pieces;
-  const auto segments = static_cast<int64_t>(cu.size()) - 1;
-  int64_t s = 0;
-  while (s < segments) {
-    const int64_t n = cu[s + 1] - cu[s];
-    if (slot[static_cast<size_t>(s)] >= 0) {
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const AttentionGroup& g = groups[i];
+    if (g.piece) {
       // A piece: its queries against the whole frame's keys and values.
       const at::Tensor& kv =
-          whole_kv[static_cast<size_t>(slot[static_cast<size_t>(s)]) + 1];
+          whole_kv[static_cast<size_t>(slot[static_cast<size_t>(g.first)]) + 1];
       const int64_t whole = kv.size(0);
       at::Tensor o = at::scaled_dot_product_attention(
-          heads_first(q.narrow(0, cu[s], n), 1, n),
+          heads_first(qs[i], 1, g.n),
           heads_first(kv.narrow(1, 0, dim_), 1, whole),
           heads_first(kv.narrow(1, dim_, dim_), 1, whole),
           {},
           0.0,
           false,
           scale);
-      pieces.push_back(o.permute({0, 2, 1, 3}).reshape({n, dim_}));
-      ++s;
-      continue;
-    }
-    // Consecutive segments of one length run as one batch; each batch entry
-    // is computed on its own (no attention across segments).
-    const int64_t max_batch = std::max<int64_t>(
-        1, kMaxScoreElements / std::max<int64_t>(1, heads_ * n * n));
-    int64_t e = s + 1;
-    while (e < segments && e - s < max_batch && cu[e + 1] - cu[e] == n &&
-           slot[static_cast<size_t>(e)] < 0) {
-      ++e;
-    }
-    const int64_t batch = e - s;
-    if (n > 0) {
-      auto seg = [&](const at::Tensor& t) {  // [batch, heads, n, hd]
-        return heads_first(t.narrow(0, cu[s], batch * n), batch, n);
-      };
+      pieces.push_back(o.permute({0, 2, 1, 3}).reshape({g.n, dim_}));
+    } else if (g.n > 0) {
       // Fused attention (torch's SDPA: the flash kernel on CPU and CUDA)
       // never materialises the [n, n] scores; it accumulates the softmax in
       // float32 for bfloat16/float16 inputs, as HF's eager path does.
       at::Tensor o = at::scaled_dot_product_attention(
-          seg(q), seg(k), seg(v), {}, 0.0, false, scale);  // [b, h, n, hd]
-      pieces.push_back(o.permute({0, 2, 1, 3}).reshape({batch * n, dim_}));
+          heads_first(qs[i], g.count, g.n),
+          heads_first(ks[i], g.count, g.n),
+          heads_first(vs[i], g.count, g.n),
+          {},
+          0.0,
+          false,
+          scale);  // [b, h, n, hd]
+      pieces.push_back(o.permute({0, 2, 1, 3}).reshape({g.count * g.n, dim_}));
     }
-    s = e;
   }
   at::Tensor attended =
       pieces.empty() ? at::zeros({0, dim_}, x.options()) : at::cat(pieces, 0);

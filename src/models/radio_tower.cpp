@@ -7,6 +7,7 @@
 #include "tower/check.h"
 
 #include <map>
+#include <numeric>
 #include <utility>
 
 namespace frameshard {
@@ -148,15 +149,25 @@ std::vector<at::Tensor> RadioVisionTowerImpl::forward(const TowerInput& input) {
   std::vector<at::Tensor> sequence;
   std::vector<int64_t> cu{0};
   std::vector<std::pair<int64_t, int64_t>> frames;  // (h, w) per frame
+  // Every frame's rows from one split (its backward is one cat; a narrow per
+  // frame would make the backward O(frames x rows)).
+  std::vector<int64_t> sizes;
+  for (const GridThw& g : geo.grid) {
+    sizes.insert(sizes.end(), static_cast<size_t>(g.t), g.h * g.w);
+  }
+  sizes.push_back(
+      x.size(0) -
+      std::accumulate(sizes.begin(), sizes.end(), int64_t{0}));  // 0 rows
+  const std::vector<at::Tensor> frame_rows = x.split_with_sizes(sizes, 0);
   for (const GridThw& g : geo.grid) {
     auto& pos = positions[{g.h, g.w}];
     if (!pos.defined()) {
       pos = frame_positions(g.h, g.w, x.scalar_type());
     }
     for (int64_t t = 0; t < g.t; ++t) {
-      const int64_t f = static_cast<int64_t>(frames.size());
+      const size_t f = frames.size();
       sequence.push_back(prefix_.to(x.scalar_type()));
-      sequence.push_back(x.narrow(0, geo.cu[f], g.h * g.w) + pos);
+      sequence.push_back(frame_rows[f] + pos);
       cu.push_back(cu.back() + prefix + g.h * g.w);
       frames.emplace_back(g.h, g.w);
     }
@@ -169,10 +180,17 @@ std::vector<at::Tensor> RadioVisionTowerImpl::forward(const TowerInput& input) {
   }
   // Drop the prefix; shuffle each frame's (h, w) grid into 2 x 2 blocks.
   const int64_t d = c.hidden_size;
+  std::vector<int64_t> parts;  // prefix, then patches, per frame (one split)
+  for (const auto& [h, w] : frames) {
+    parts.push_back(prefix);
+    parts.push_back(h * w);
+  }
+  parts.push_back(hidden.size(0) - cu.back());
+  const std::vector<at::Tensor> split = hidden.split_with_sizes(parts, 0);
   std::vector<at::Tensor> shuffled;
   for (size_t f = 0; f < frames.size(); ++f) {
     const auto [h, w] = frames[f];
-    at::Tensor feats = hidden.narrow(0, cu[f] + prefix, h * w);
+    at::Tensor feats = split[2 * f + 1];
     if (final_norm_) {
       feats = final_norm_->forward(feats);
     }
