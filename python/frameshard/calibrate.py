@@ -84,7 +84,20 @@ def _module_geometry(module: torch.nn.Module) -> tuple[int, int, Any]:
     return features, int(c.spatial_merge_size), visual
 
 
-def _synchronize(device: torch.device) -> None:
+def check_clock(clock: str, fn: str) -> None:
+    """FrameshardError naming `fn` unless `clock` is auto, cpu, wall or cuda."""
+    if clock not in ("auto", "cpu", "wall", "cuda"):
+        raise _C.FrameshardError("frameshard.%s: clock: expected auto, cpu, wall or cuda, got %r" % (fn, clock))
+
+
+def clock_timer(clock: str, device: torch.device) -> tuple[str, Callable[[], float]]:
+    """The clock `clock` names on `device` ("auto": cuda on a CUDA device, else cpu) and its timer:
+    process CPU time for "cpu", wall time otherwise (after a device synchronize: synchronize)."""
+    use = ("cuda" if device.type == "cuda" else "cpu") if clock == "auto" else clock
+    return use, (time.process_time if use == "cpu" else time.perf_counter)
+
+
+def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -117,10 +130,7 @@ def calibrate(
             device synchronize) or "auto" (cuda on a CUDA device, else cpu).
         device, dtype: of the random pixel rows (default: the module's first parameter's).
     """
-    if clock not in ("auto", "cpu", "wall", "cuda"):
-        raise _C.FrameshardError(
-            "frameshard.calibrate: clock: expected auto, cpu, wall or cuda, got %r" % (clock,)
-        )
+    check_clock(clock, "calibrate")
     if isinstance(tower, torch.nn.Module) and features is None:
         features, merge, visual = _module_geometry(tower)
         from .hf import family_of, tower_grid  # noqa: PLC0415
@@ -150,11 +160,10 @@ def calibrate(
         merge = int(spatial_merge_size)
     device = torch.device(device) if device is not None else (param.device if param is not None else torch.device("cpu"))
     dtype = dtype if dtype is not None else (param.dtype if param is not None else torch.float32)
-    use = ("cuda" if device.type == "cuda" else "cpu") if clock == "auto" else clock
-    timer: Callable[[], float] = time.process_time if use == "cpu" else time.perf_counter
+    use, timer = clock_timer(clock, device)
 
     def timed(pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> float:
-        _synchronize(device)
+        synchronize(device)
         start = timer()
         if backward:
             outs = run(pv, grid, cu)
@@ -162,7 +171,7 @@ def calibrate(
         else:
             with torch.no_grad():
                 run(pv, grid, cu)
-        _synchronize(device)
+        synchronize(device)
         return timer() - start
 
     gen = torch.Generator(device="cpu").manual_seed(0)

@@ -18,13 +18,13 @@ the same figure (the largest rank's), so every rank plans with it.
 
 from __future__ import annotations
 
-import time
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 import torch.distributed as dist
 
 from ._C import FrameshardError
+from .calibrate import check_clock, clock_timer, synchronize
 from .config import FrameShardingConfig
 from .shard import Timeout, resolve_group, shard_vision
 
@@ -87,10 +87,7 @@ def calibrate_exchange(
         device: of the probe's rows (default: the current CUDA device for an NCCL group, else
             the CPU).
     """
-    if clock not in ("auto", "cpu", "wall", "cuda"):
-        raise FrameshardError(
-            "frameshard.calibrate_exchange: clock: expected auto, cpu, wall or cuda, got %r" % (clock,)
-        )
+    check_clock(clock, "calibrate_exchange")
     if int(layers) < 1 or int(repeats) < 1:
         raise FrameshardError(
             "frameshard.calibrate_exchange: expected layers >= 1 and repeats >= 1, got %r and %r"
@@ -104,8 +101,7 @@ def calibrate_exchange(
         nccl = dist.get_backend(pg) == "nccl"
         device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
     device = torch.device(device)
-    use = ("cuda" if device.type == "cuda" else "cpu") if clock == "auto" else clock
-    timer: Callable[[], float] = time.process_time if use == "cpu" else time.perf_counter
+    _, timer = clock_timer(clock, device)
 
     probe = _ExchangeProbe(int(width)).to(device)
     rows = _MERGE * _MERGE * 4 * world  # a frame of 2*world x 8 patches: 4 merged tokens a rank
@@ -116,13 +112,11 @@ def calibrate_exchange(
     def timed(n: int) -> float:
         probe.layers = n
         dist.barrier(group=pg)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         start = timer()
         out = shard_vision(probe, pixels, grid, pg, config, spatial_merge_size=_MERGE, timeout=timeout)
         out.float().square().mean().backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         return timer() - start
 
     def median(n: int) -> float:

@@ -20,15 +20,23 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return y.to(x.scalar_type()) * w;
 }
 
-// Rotary embedding of x [heads, n, dim] at `positions` (global): the
-// half-split form (rotate_half), angles in float32 or float64.
-at::Tensor rotary(
-    const at::Tensor& x, const at::Tensor& positions, double theta) {
-  const int64_t dim = x.size(2);
-  const auto ft = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+// Rotary tables [n, dim] of `positions` (global) in the half-split form
+// (rotate_half), angles in float32 or float64: computed once per decoder
+// forward, shared by every block's q and k.
+struct RopeTable {
+  at::Tensor cos, sin;
+};
+
+RopeTable rope_table(
+    const at::Tensor& positions,
+    int64_t dim,
+    double theta,
+    at::ScalarType dtype) {
+  const auto ft = dtype == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor inv = at::pow(
       theta,
-      -at::arange(0, dim, 2, x.options().dtype(ft)) / static_cast<double>(dim));
+      -at::arange(0, dim, 2, positions.options().dtype(ft)) /
+          static_cast<double>(dim));
   at::Tensor ang = positions.to(ft).unsqueeze(1) * inv.unsqueeze(0);
   // cos and sin from libm on the CPU (tower/exact_trig.h: torch's CPU cos
   // was seen off by 1.5e-4 in one thread's chunk); torch's on a GPU.
@@ -43,12 +51,16 @@ at::Tensor rotary(
     c = ang.cos();
     s = ang.sin();
   }
-  const at::Tensor cos = at::cat({c, c}, 1).to(x.scalar_type());  // [n, dim]
-  const at::Tensor sin = at::cat({s, s}, 1).to(x.scalar_type());
+  return {at::cat({c, c}, 1).to(dtype), at::cat({s, s}, 1).to(dtype)};
+}
+
+// x [heads, n, dim] rotated by `rope`.
+at::Tensor rotary(const at::Tensor& x, const RopeTable& rope) {
+  const int64_t dim = x.size(2);
   at::Tensor x1 = x.narrow(2, 0, dim / 2);
   at::Tensor x2 = x.narrow(2, dim / 2, dim - dim / 2);
   at::Tensor rotated = at::cat({-x2, x1}, 2);
-  return x * cos + rotated * sin;
+  return x * rope.cos + rotated * rope.sin;
 }
 
 }  // namespace
@@ -72,6 +84,7 @@ class DecoderBlockImpl : public torch::nn::Module {
   at::Tensor forward(
       const at::Tensor& x,
       const at::Tensor& positions,
+      const RopeTable& rope,
       int64_t seq_len,
       const ProcessGroupPtr& cp_group) {
     const int64_t n = x.size(0);
@@ -80,8 +93,8 @@ class DecoderBlockImpl : public torch::nn::Module {
     at::Tensor qkv = qkv_->forward(rms_norm(x, norm1_, config_.norm_eps))
                          .reshape({n, 3, h, d})
                          .permute({1, 2, 0, 3});  // [3, heads, n, d]
-    at::Tensor q = rotary(qkv[0], positions, config_.rope_theta);
-    at::Tensor k = rotary(qkv[1], positions, config_.rope_theta);
+    at::Tensor q = rotary(qkv[0], rope);
+    at::Tensor k = rotary(qkv[1], rope);
     at::Tensor a = cp_causal_attention(
         q, k, qkv[2].contiguous(), positions, seq_len, cp_group);
     at::Tensor y = x + out_->forward(a.transpose(0, 1).reshape({n, h * d}));
@@ -136,8 +149,13 @@ at::Tensor DecoderImpl::forward(
     const std::vector<at::Tensor>& deepstack,
     int64_t seq_len,
     const ProcessGroupPtr& cp_group) {
+  const RopeTable rope = rope_table(
+      positions,
+      config_.hidden / config_.heads,
+      config_.rope_theta,
+      hidden.scalar_type());
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    hidden = blocks_[i]->forward(hidden, positions, seq_len, cp_group);
+    hidden = blocks_[i]->forward(hidden, positions, rope, seq_len, cp_group);
     if (i < deepstack.size()) {
       hidden = hidden + deepstack[i];
     }
