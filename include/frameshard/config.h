@@ -139,6 +139,10 @@ void apply_override(
 /// cost_alpha, known tower, split_frames only with partitioner optimal);
 /// parse_config and apply_override call it.
 void validate(const Config& config);
+/// The keys directly under kFrameShardingPath that the schema knows, in
+/// declaration order ("enabled", "mesh_dims", ...): the one list the Python
+/// layer's FrameShardingConfig fields are checked against.
+std::vector<std::string> frame_sharding_keys();
 /// Renders the config back to YAML (round-trips through parse_config).
 std::string to_yaml(const Config& config);
 

@@ -7,6 +7,9 @@
 // moves about 1/CP of the all-gather's bytes and no rank holds the full
 // [total_tokens, hidden] tensor.
 //
+//   sequence_chunk_positions  the positions a CP rank holds under either
+//                        split, and the padded length they cover (the
+//                        Python layer and the C++ trainer both use these);
 //   visual_token_owners  which CP rank owns each visual token, from the
 //                        sequence positions of the visual tokens and the
 //                        sequence-CP split (contiguous, or the load-balanced
@@ -52,6 +55,19 @@ SequenceSplit parse_sequence_split(
 /// `seq_len` (a multiple of cp, 2 * cp for the load-balanced split).
 int64_t position_owner(
     int64_t position, int64_t seq_len, int64_t cp, SequenceSplit split);
+
+/// `seq_len` rounded up to a multiple of the split's chunk count (2 * cp
+/// load-balanced, cp contiguous): the length a CP rank's layout pads the
+/// sequence to (0 stays 0). frameshard::Error for seq_len < 0 or cp < 1.
+int64_t padded_sequence_length(
+    int64_t seq_len, int64_t cp, SequenceSplit split);
+
+/// The global positions, ascending, of rank `rank`'s rows of a sequence of
+/// `seq_len` padded to padded_sequence_length(seq_len, cp, split): chunks
+/// rank and 2cp-1-rank of 2cp (load-balanced), chunk rank of cp
+/// (contiguous). frameshard::Error for rank outside [0, cp).
+std::vector<int64_t> sequence_chunk_positions(
+    int64_t seq_len, int64_t cp, int64_t rank, SequenceSplit split);
 
 /// Owner of every visual token: media_positions[i] is the sequence position
 /// of the i-th visual token (strictly ascending, < seq_len).

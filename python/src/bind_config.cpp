@@ -161,6 +161,11 @@ overrides applied to the defaults, plus distributed.cp_size.)doc");
       py::arg("overrides"),
       py::arg("cp_size"),
       R"doc(The YAML text of the config the overrides describe.)doc");
+  m.def(
+      "config_fields",
+      [] { return frame_sharding_keys(); },
+      R"doc(The keys of distributed.multimodal.vision.frame_sharding the C++
+config schema knows, in declaration order.)doc");
 }
 
 }  // namespace python

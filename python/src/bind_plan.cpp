@@ -1,5 +1,6 @@
-// frameshard._C: the plan as a dict, cost models, workloads and visual
-// token owners (bindings.h). Pure: no communication.
+// frameshard._C: the plan as a dict, cost models, workloads, visual token
+// owners and the sequence split's positions (bindings.h). Pure: no
+// communication.
 #include "bindings.h"
 
 #include <frameshard/owner_route.h>
@@ -181,6 +182,31 @@ down by `scale` (frameshard/workload.h).)doc");
       py::arg("cp_size"),
       py::arg("split"),
       R"doc(The CP rank owning each visual token (frameshard/owner_route.h).)doc");
+  m.def(
+      "chunk_positions",
+      [](int64_t seq_len, int64_t cp, int64_t rank, const std::string& split) {
+        return sequence_chunk_positions(
+            seq_len, cp, rank, parse_sequence_split(split, "split"));
+      },
+      py::arg("seq_len"),
+      py::arg("cp_size"),
+      py::arg("rank"),
+      py::arg("split"),
+      R"doc(The global positions (ascending) of `rank`'s rows of a sequence of
+seq_len padded to padded_length(seq_len, cp_size, split): chunks rank and
+2cp-1-rank of 2cp (load_balanced), chunk rank of cp (contiguous)
+(frameshard/owner_route.h sequence_chunk_positions).)doc");
+  m.def(
+      "padded_length",
+      [](int64_t seq_len, int64_t cp, const std::string& split) {
+        return padded_sequence_length(
+            seq_len, cp, parse_sequence_split(split, "split"));
+      },
+      py::arg("seq_len"),
+      py::arg("cp_size"),
+      py::arg("split"),
+      R"doc(seq_len rounded up to a multiple of 2 x cp_size (load_balanced) or
+cp_size (contiguous).)doc");
 }
 
 }  // namespace python

@@ -1,15 +1,18 @@
-// frameshard._C: the collectives, all_gather_rows, encode and encode_mesh
-// with a Python tower (bindings.h). The GIL is released while they run
-// (bindings.cpp). A Python tower that takes pieces gets a split plan's
-// pieces and its K/V exchange (frameshard/tower.h PieceExchange) as a
-// Python callable.
+// frameshard._C: the collectives, all_gather_rows, agree, encode and
+// encode_mesh with a Python tower (bindings.h). The GIL is released while
+// they run (bindings.cpp). A Python tower that takes pieces gets a split
+// plan's pieces and its K/V exchange (frameshard/tower.h PieceExchange) as
+// a Python callable.
 #include "bindings.h"
 
 #include <frameshard/error.h>
+#include <frameshard/runtime/agree.h>
 #include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/gather.h>
 #include <frameshard/runtime/mesh_encode.h>
 #include <frameshard/tower.h>
+
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <chrono>
 #include <exception>
@@ -36,6 +39,28 @@ at::Tensor gather_binding(
   o.timeout = millis(timeout_ms);
   py::gil_scoped_release no_gil;
   return all_gather_rows(local, counts, group, o);
+}
+
+/// The device agree_values exchanges on: CPU when the group has a backend
+/// for it (Gloo, or NCCL groups made with a CPU backend), else the current
+/// CUDA device (an NCCL-only group).
+c10::Device agree_device(const ProcessGroupPtr& group) {
+  if (!group || group->hasBackendForDeviceType(c10::DeviceType::CPU) ||
+      !group->hasBackendForDeviceType(c10::DeviceType::CUDA)) {
+    return c10::Device(c10::kCPU);
+  }
+  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();
+}
+
+void agree_binding(
+    const std::string& fn,
+    const std::vector<std::string>& names,
+    const std::vector<int64_t>& values,
+    const ProcessGroupPtr& group,
+    int64_t timeout_ms) {
+  const c10::Device device = agree_device(group);
+  py::gil_scoped_release no_gil;
+  agree_values(group, fn, names, values, device, millis(timeout_ms));
 }
 
 /// A split plan's PieceExchange as seen from Python, for one tower call: the
@@ -152,21 +177,36 @@ VisionTower python_tower(const py::object& tower, bool takes_pieces) {
   };
 }
 
-// The plan options of encode with a Python tower over `world` ranks. A
+/// What one sharded tower call needs besides its tensors and group, shared
+/// by encode and encode_mesh (frameshard._C.ShardCall; the Python layer
+/// fills it from shard_vision's arguments). `dp` is used by encode_mesh only
+/// (its world is dp * cp_size); the others mean the same for both.
+struct ShardCall {
+  Overrides overrides;  // FrameShardingConfig.overrides()
+  int64_t cp_size = 1;
+  int64_t dp = 1;
+  int64_t spatial_merge_size = 2;
+  int64_t temporal_patch_size = 2;
+  bool tower_trainable = true;
+  int64_t timeout_ms = 0;              // 0: the group's own timeout
+  std::vector<int64_t> token_owner;    // gather: owner (one CP rank per token)
+  py::object tower_dims = py::none();  // TowerDims fields, or None
+  bool takes_pieces = false;  // the tower declares `pieces` and `exchange`
+};
+
+// The plan options of a call with a Python tower over `world` ranks. A
 // Python tower that does not take pieces is called with (pixel_values,
 // grid_thw, cu_seqlens) only: it would encode a piece of a split frame as
 // if it were a whole frame.
-PlanOptions python_tower_plan(
-    const Overrides& overrides,
-    int64_t world,
-    int64_t spatial_merge_size,
-    int64_t temporal_patch_size,
-    const py::object& tower_dims,
-    bool takes_pieces) {
+PlanOptions python_tower_plan(const ShardCall& c, int64_t world) {
   PlanOptions o = plan_options_from(
-      overrides, world, spatial_merge_size, temporal_patch_size, tower_dims);
+      c.overrides,
+      world,
+      c.spatial_merge_size,
+      c.temporal_patch_size,
+      c.tower_dims);
   FRAMESHARD_CHECK(
-      takes_pieces || !o.split.enabled,
+      c.takes_pieces || !o.split.enabled,
       "shard_vision",
       "split_frames: expected false for a Python tower that does not take "
       "pieces (keyword parameters `pieces` and `exchange`, see "
@@ -179,27 +219,13 @@ py::tuple encode_binding(
     const at::Tensor& pixel_values,
     const at::Tensor& grid_thw,
     const ProcessGroupPtr& group,
-    const Overrides& overrides,
-    int64_t cp_size,
-    int64_t spatial_merge_size,
-    int64_t temporal_patch_size,
-    bool tower_trainable,
-    int64_t timeout_ms,
-    const std::vector<int64_t>& token_owner,
-    const py::object& tower_dims,
-    bool takes_pieces) {
+    const ShardCall& call) {
   EncodeOptions o;
-  o.token_owner = token_owner;
-  o.plan = python_tower_plan(
-      overrides,
-      cp_size,
-      spatial_merge_size,
-      temporal_patch_size,
-      tower_dims,
-      takes_pieces);
-  o.tower_trainable = tower_trainable;
-  o.timeout = millis(timeout_ms);
-  const VisionTower cpp_tower = python_tower(tower, takes_pieces);
+  o.token_owner = call.token_owner;
+  o.plan = python_tower_plan(call, call.cp_size);
+  o.tower_trainable = call.tower_trainable;
+  o.timeout = millis(call.timeout_ms);
+  const VisionTower cpp_tower = python_tower(tower, call.takes_pieces);
   EncodeResult res;
   {
     py::gil_scoped_release no_gil;
@@ -214,31 +240,16 @@ py::tuple encode_mesh_binding(
     const at::Tensor& pixel_values,
     const at::Tensor& grid_thw,
     const ProcessGroupPtr& mesh_group,
-    const Overrides& overrides,
-    int64_t dp,
-    int64_t cp,
-    int64_t spatial_merge_size,
-    int64_t temporal_patch_size,
-    bool tower_trainable,
-    int64_t timeout_ms,
-    const std::vector<int64_t>& token_owner,
-    const py::object& tower_dims,
-    bool takes_pieces) {
+    const ShardCall& call) {
   MeshEncodeOptions o;
-  o.dp = dp;
-  o.cp = cp;
-  o.token_owner = token_owner;
+  o.dp = call.dp;
+  o.cp = call.cp_size;
+  o.token_owner = call.token_owner;
   // The config's world is the mesh's (encode_mesh sets it to dp * cp).
-  o.plan = python_tower_plan(
-      overrides,
-      dp * cp,
-      spatial_merge_size,
-      temporal_patch_size,
-      tower_dims,
-      takes_pieces);
-  o.tower_trainable = tower_trainable;
-  o.timeout = millis(timeout_ms);
-  const VisionTower cpp_tower = python_tower(tower, takes_pieces);
+  o.plan = python_tower_plan(call, call.dp * call.cp_size);
+  o.tower_trainable = call.tower_trainable;
+  o.timeout = millis(call.timeout_ms);
+  const VisionTower cpp_tower = python_tower(tower, call.takes_pieces);
   MeshEncodeResult res;
   {
     py::gil_scoped_release no_gil;
@@ -250,6 +261,36 @@ py::tuple encode_mesh_binding(
       res.bytes_sent,
       res.tokens,
       res.plan.replica_tokens);
+}
+
+void init_shard_call(py::module_& m) {
+  py::class_<ShardCall>(m, "ShardCall", R"doc(The options of one sharded tower
+call (encode, encode_mesh); every field has a default. `fields()` lists
+them, so the Python layer can check that it sets each one.)doc")
+      .def(py::init<>())
+      .def_readwrite("overrides", &ShardCall::overrides)
+      .def_readwrite("cp_size", &ShardCall::cp_size)
+      .def_readwrite("dp", &ShardCall::dp)
+      .def_readwrite("spatial_merge_size", &ShardCall::spatial_merge_size)
+      .def_readwrite("temporal_patch_size", &ShardCall::temporal_patch_size)
+      .def_readwrite("tower_trainable", &ShardCall::tower_trainable)
+      .def_readwrite("timeout_ms", &ShardCall::timeout_ms)
+      .def_readwrite("token_owner", &ShardCall::token_owner)
+      .def_readwrite("tower_dims", &ShardCall::tower_dims)
+      .def_readwrite("takes_pieces", &ShardCall::takes_pieces)
+      .def_static("fields", [] {
+        return std::vector<std::string>{
+            "overrides",
+            "cp_size",
+            "dp",
+            "spatial_merge_size",
+            "temporal_patch_size",
+            "tower_trainable",
+            "timeout_ms",
+            "token_owner",
+            "tower_dims",
+            "takes_pieces"};
+      });
 }
 
 }  // namespace
@@ -265,27 +306,34 @@ void init_runtime(py::module_& m) {
       R"doc(Differentiable variable-size all-gather along dim 0.
 Collective; the GIL is released while it runs.)doc");
   m.def(
+      "agree",
+      &agree_binding,
+      py::arg("fn"),
+      py::arg("names"),
+      py::arg("values"),
+      py::arg("group"),
+      py::arg("timeout_ms") = 0,
+      R"doc(Argument consensus (frameshard::agree_values): returns when every
+rank of `group` passed the same names and values; otherwise every rank
+raises the same FrameshardError, "frameshard::<fn>: [rank r/W] ranks
+disagree on <name>: rank 0 has X, rank k has Y" (the first differing name).
+Collective; the GIL is released while it runs.)doc");
+  init_shard_call(m);
+  m.def(
       "encode",
       &encode_binding,
       py::arg("tower"),
       py::arg("pixel_values"),
       py::arg("grid_thw"),
       py::arg("group"),
-      py::arg("overrides"),
-      py::arg("cp_size"),
-      py::arg("spatial_merge_size"),
-      py::arg("temporal_patch_size"),
-      py::arg("tower_trainable"),
-      py::arg("timeout_ms") = 0,
-      py::arg("token_owner") = std::vector<int64_t>{},
-      py::arg("tower_dims") = py::none(),
-      py::arg("takes_pieces") = false,
+      py::arg("call"),
       R"doc(frameshard::encode with a Python tower: returns
-(outputs, plan dict, bytes sent, owned token indices). With token_owner
-(one CP rank per visual token) each rank gets only its rows. takes_pieces:
-the tower is also called with pieces= (a list of (frame, begin, end, h, w))
-and exchange= (a differentiable callable on [local rows, F], or None
-without a split plan), and the plan may split frames. Collective.)doc");
+(outputs, plan dict, bytes sent, owned token indices). call: a ShardCall.
+With call.token_owner (one CP rank per visual token) each rank gets only
+its rows. call.takes_pieces: the tower is also called with pieces= (a list
+of (frame, begin, end, h, w)) and exchange= (a differentiable callable on
+[local rows, F], or None without a split plan), and the plan may split
+frames. Collective.)doc");
   m.def(
       "encode_mesh",
       &encode_mesh_binding,
@@ -293,22 +341,13 @@ without a split plan), and the plan may split frames. Collective.)doc");
       py::arg("pixel_values"),
       py::arg("grid_thw"),
       py::arg("mesh_group"),
-      py::arg("overrides"),
-      py::arg("dp"),
-      py::arg("cp"),
-      py::arg("spatial_merge_size"),
-      py::arg("temporal_patch_size"),
-      py::arg("tower_trainable"),
-      py::arg("timeout_ms") = 0,
-      py::arg("token_owner") = std::vector<int64_t>{},
-      py::arg("tower_dims") = py::none(),
-      py::arg("takes_pieces") = false,
+      py::arg("call"),
       R"doc(frameshard::encode_mesh with a Python tower over a dp x cp mesh
-group (mesh rank = replica * cp + cp rank; each rank passes its own
-replica's pixel_values and grid_thw): returns (outputs of this replica,
-the pooled plan dict, bytes sent, owned token indices, the replicas' token
-offsets). Empty outputs: a text-only replica on the replicated path.
-Collective over the mesh group.)doc");
+group (call.dp x call.cp_size; mesh rank = replica * cp + cp rank; each
+rank passes its own replica's pixel_values and grid_thw): returns (outputs
+of this replica, the pooled plan dict, bytes sent, owned token indices, the
+replicas' token offsets). Empty outputs: a text-only replica on the
+replicated path. Collective over the mesh group.)doc");
 }
 
 }  // namespace python

@@ -11,7 +11,10 @@
 //   _C.parse_config(yaml_text, source)       (cp_size, fields) of a YAML text
 //   _C.plan(grid_thw, overrides, cp_size, merge, temporal, tower_dims)
 //   _C.cost_model(cost_alpha, tower_dims)    the cost model of a tower
+//   _C.config_fields()                       the schema's frame_sharding keys
+//   _C.chunk_positions(seq_len, cp_size, rank, split), _C.padded_length(...)
 //   _C.all_gather_rows(local, counts, group, timeout_ms)     collective
+//   _C.agree(fn, names, values, group, timeout_ms)           collective
 //   _C.encode(tower, pixel_values, grid_thw, group, ...)     collective
 //   _C.workload(name, seed, scale)           a preset's or file's grid
 //

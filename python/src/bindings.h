@@ -42,13 +42,15 @@ PlanOptions plan_options_from(
 py::list grid_list(const std::vector<GridThw>& grid);
 py::dict plan_dict(const ShardPlan& plan);
 
-// bind_config.cpp: build_info, config, calibration fits.
+// bind_config.cpp: build_info, config, config_fields, calibration fits.
 void init_build_info(py::module_& m);
 void init_config(py::module_& m);
 void init_calibrate(py::module_& m);
-// bind_plan.cpp: plan, cost_model, workload, visual_token_owners.
+// bind_plan.cpp: plan, cost_model, workload, visual_token_owners,
+// chunk_positions, padded_length.
 void init_plan(py::module_& m);
-// bind_runtime.cpp: all_gather_rows, encode, encode_mesh (collectives).
+// bind_runtime.cpp: all_gather_rows, agree, encode, encode_mesh
+// (collectives).
 void init_runtime(py::module_& m);
 // bind_report.cpp: ab_plot_svg (the A/B plot).
 void init_report(py::module_& m);

@@ -287,6 +287,10 @@ void validate(const Config& config) {
   }
 }
 
+std::vector<std::string> frame_sharding_keys() {
+  return schema().children(kFrameShardingPath);
+}
+
 std::string to_yaml(const Config& config) {
   const FrameShardingConfig& fs = config.frame_sharding;
   YAML::Emitter out;

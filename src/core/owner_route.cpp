@@ -56,6 +56,46 @@ int64_t position_owner(
   return chunk < cp ? chunk : 2 * cp - 1 - chunk;
 }
 
+int64_t padded_sequence_length(
+    int64_t seq_len, int64_t cp, SequenceSplit split) {
+  FRAMESHARD_CHECK(
+      cp >= 1, "padded_sequence_length", "expected cp >= 1, got ", cp);
+  FRAMESHARD_CHECK(
+      seq_len >= 0,
+      "padded_sequence_length",
+      "expected a sequence length >= 0, got ",
+      seq_len);
+  const int64_t parts = split == SequenceSplit::kContiguous ? cp : 2 * cp;
+  return (seq_len + parts - 1) / parts * parts;
+}
+
+std::vector<int64_t> sequence_chunk_positions(
+    int64_t seq_len, int64_t cp, int64_t rank, SequenceSplit split) {
+  const int64_t total = padded_sequence_length(seq_len, cp, split);
+  FRAMESHARD_CHECK(
+      rank >= 0 && rank < cp,
+      "sequence_chunk_positions",
+      "expected a rank in [0, ",
+      cp,
+      "), got ",
+      rank);
+  // Load-balanced: rank r's second chunk mirrors its first, so every rank
+  // holds as many early (cheap under a causal mask) as late positions.
+  const std::vector<int64_t> chunks =
+      split == SequenceSplit::kContiguous
+          ? std::vector<int64_t>{rank}
+          : std::vector<int64_t>{rank, 2 * cp - 1 - rank};
+  const int64_t size = total / (static_cast<int64_t>(chunks.size()) * cp);
+  std::vector<int64_t> positions;
+  positions.reserve(static_cast<size_t>(size) * chunks.size());
+  for (int64_t c : chunks) {
+    for (int64_t i = 0; i < size; ++i) {
+      positions.push_back(c * size + i);
+    }
+  }
+  return positions;
+}
+
 std::vector<int64_t> visual_token_owners(
     const std::vector<int64_t>& media_positions,
     int64_t seq_len,

@@ -17,7 +17,7 @@ namespace frameshard {
 namespace internal {
 namespace {
 
-constexpr int64_t kMagic = 0x46534e5343303031;  // "FSNSC001"
+constexpr int64_t kMagic = 0x46534e5343303032;  // "FSNSC002"
 enum Word : int64_t {
   kWMagic = 0,
   kWOk,
@@ -30,6 +30,8 @@ enum Word : int64_t {
   kWTotalWidth,
   kWRequiresGrad,
   kWGradMode,
+  kWGridRows,  // -1: no grid
+  kWGridHash,
   kWWidths,  // kConsensusListedWidths entries
   kWMessageLength = kWWidths + kConsensusListedWidths,
   kWMessage,  // kConsensusMessageBytes bytes
@@ -67,6 +69,9 @@ std::vector<int64_t> pack(const ConsensusRecord& r) {
   w[kWTotalWidth] = total;
   w[kWRequiresGrad] = r.requires_grad ? 1 : 0;
   w[kWGradMode] = r.grad_mode ? 1 : 0;
+  w[kWGridRows] = r.has_grid ? static_cast<int64_t>(r.grid.size()) : -1;
+  const uint64_t gh = r.has_grid ? grid_hash(r.grid) : 0;
+  std::memcpy(&w[kWGridHash], &gh, sizeof(int64_t));
   for (int64_t i = 0; i < kConsensusListedWidths; ++i) {
     w[kWWidths + i] =
         i < static_cast<int64_t>(r.widths.size()) ? r.widths[i] : -1;
@@ -84,6 +89,8 @@ struct Unpacked {
   int64_t outputs = 0;
   int64_t widths_hash = 0;
   int64_t total_width = 0;
+  int64_t grid_rows = -1;
+  int64_t grid_hash = 0;
 };
 
 Unpacked unpack(const int64_t* w) {
@@ -99,6 +106,8 @@ Unpacked unpack(const int64_t* w) {
   u.total_width = w[kWTotalWidth];
   u.record.requires_grad = w[kWRequiresGrad] != 0;
   u.record.grad_mode = w[kWGradMode] != 0;
+  u.grid_rows = w[kWGridRows];
+  u.grid_hash = w[kWGridHash];
   const int64_t listed =
       std::min(std::max<int64_t>(u.outputs, 0), kConsensusListedWidths);
   for (int64_t i = 0; i < listed; ++i) {
@@ -139,6 +148,20 @@ std::string widths_text(const Unpacked& u) {
   }
   os << "]";
   return os.str();
+}
+
+/// The first rank whose grid differs from rank 0's (both sent one), or -1.
+int first_grid_peer(const std::vector<Unpacked>& all) {
+  if (all[0].grid_rows < 0) {
+    return -1;
+  }
+  for (size_t q = 1; q < all.size(); ++q) {
+    if (all[q].grid_rows >= 0 && (all[q].grid_rows != all[0].grid_rows ||
+                                  all[q].grid_hash != all[0].grid_hash)) {
+      return static_cast<int>(q);
+    }
+  }
+  return -1;
 }
 
 }  // namespace
@@ -204,6 +227,18 @@ std::vector<ConsensusRecord> run_consensus(
   if (!failed.empty()) {
     TORCH_CHECK(
         false, prefix, failures_text(failed, all[failed[0]].record.error));
+  }
+  // Different grids make different plans; naming the row says more than
+  // the fingerprints or paths below would.
+  const int grid_peer = first_grid_peer(all);
+  if (grid_peer > 0) {
+    std::vector<int64_t> grid_rows;
+    for (const Unpacked& u : all) {
+      grid_rows.push_back(u.grid_rows);
+    }
+    const std::string text = exchange_grid_difference(
+        group, mine, grid_rows, grid_peer, device, timeout, fn);
+    TORCH_CHECK(false, prefix, "ranks disagree on the plan: ", text);
   }
   for (int q = 1; q < world; ++q) {
     const auto& a = all[0].record;

@@ -9,6 +9,7 @@
 // Defined in src/runtime/consensus.cpp.
 #pragma once
 
+#include <frameshard/frames.h>
 #include <frameshard/runtime/process_group.h>
 
 #include <c10/core/Device.h>
@@ -25,6 +26,9 @@ namespace internal {
 constexpr int64_t kConsensusMessageBytes = 256;
 /// Output widths listed individually in the record (all are hashed).
 constexpr int64_t kConsensusListedWidths = 8;
+/// Grid rows a grid disagreement exchanges to name the differing row (the
+/// record carries every rank's row count and a hash of all its rows).
+constexpr int64_t kConsensusGridRows = 4096;
 
 struct ConsensusRecord {
   bool ok = true;
@@ -36,6 +40,10 @@ struct ConsensusRecord {
   std::vector<int64_t> widths;  // feature width of each output
   bool requires_grad = false;   // the fused local output needs a gradient
   bool grad_mode = true;        // torch::GradMode::is_enabled()
+  /// The grid_thw the rank planned from (has_grid), so that ranks whose
+  /// plans differ because their grids do learn which row differs.
+  bool has_grid = false;
+  std::vector<GridThw> grid;
 };
 
 /// Exchanges `mine` and checks all records. `expected_rows[q]` is what the
@@ -43,7 +51,10 @@ struct ConsensusRecord {
 /// "frameshard::<fn>: [rank r/W] " on any failure or disagreement; returns
 /// every rank's record otherwise. A record of dtype -1 (a rank that ran no
 /// tower: a text-only replica on encode_mesh's replicated path) takes no
-/// part in the dtype, output-count and width checks. `device` holds the
+/// part in the dtype, output-count and width checks. When ranks that send
+/// a grid (has_grid) disagree on it, every rank joins one more equal-size
+/// all-gather of the grids (at most kConsensusGridRows rows each) and the
+/// error names the first differing row (grid_difference). `device` holds the
 /// exchanged buffer (CPU for Gloo, the current CUDA device for NCCL). `subject`
 /// names what the fingerprint is of in the disagreement error ("plan",
 /// "config"). "rank 2 failed <first_error>", or with several failed ranks
@@ -51,6 +62,34 @@ struct ConsensusRecord {
 /// agreed on reads after the rank prefix.
 std::string failures_text(
     const std::vector<int>& failed, const std::string& first_error);
+
+/// How grids `a` (rank `ra`) and `b` (rank `rb`) differ, after "ranks
+/// disagree on the plan: ": "grid_thw row 3: rank 0 has (1, 32, 32), rank 1
+/// has (1, 32, 30)" for the first differing row, else (one a prefix of the
+/// other) "grid_thw rows: rank 0 has 4, rank 1 has 3"; "" when equal.
+std::string grid_difference(
+    int ra,
+    const std::vector<GridThw>& a,
+    int rb,
+    const std::vector<GridThw>& b);
+
+/// Hash of every row of `grid` (and their count), for the record.
+uint64_t grid_hash(const std::vector<GridThw>& grid);
+
+/// Collective over `group`, called by run_consensus on every rank once the
+/// records show that rank `peer`'s grid differs from rank 0's: every rank
+/// sends its first min(max(rows), kConsensusGridRows) grid rows (`rows[q]`:
+/// rank q's row count, -1 for a rank without a grid) in one equal-size
+/// all-gather; returns the difference of rank 0's and rank `peer`'s grids
+/// (grid_difference, or which rows lie beyond those compared).
+std::string exchange_grid_difference(
+    const ProcessGroupPtr& group,
+    const ConsensusRecord& mine,
+    const std::vector<int64_t>& rows,
+    int peer,
+    c10::Device device,
+    std::chrono::milliseconds timeout,
+    const char* fn);
 
 std::vector<ConsensusRecord> run_consensus(
     const ProcessGroupPtr& group,

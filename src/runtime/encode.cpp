@@ -263,6 +263,8 @@ EncodeResult encode(
         tower, pixel_values, grid_thw, group, options, prefix, exchange, stage);
     mine.fingerprint =
         lp.plan.fingerprint ^ internal::owner_fingerprint(options.token_owner);
+    mine.has_grid = true;
+    mine.grid = lp.plan.frames.grid;
     internal::describe_outputs(lp.out, lp.plan.sharded(), mine);
   } catch (...) {
     if (exchange->raised) {

@@ -13,7 +13,6 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
-#include <sstream>
 
 namespace frameshard {
 namespace internal {
@@ -141,17 +140,6 @@ MeshRecord unpack_mesh_record(
   return r;
 }
 
-std::string grid_text(const std::vector<GridThw>& grid) {
-  std::ostringstream os;
-  os << grid.size() << " media [";
-  for (size_t i = 0; i < grid.size(); ++i) {
-    os << (i ? ", " : "") << "[" << grid[i].t << ", " << grid[i].h << ", "
-       << grid[i].w << "]";
-  }
-  os << "]";
-  return detail::excerpt(os.str());
-}
-
 std::string pixel_dtype_name(int64_t d) {
   if (d < 0 || d >= static_cast<int64_t>(c10::ScalarType::NumOptions)) {
     return "none";
@@ -234,14 +222,9 @@ void check_replicas(
           prefix,
           "cp ranks of replica ",
           replica,
-          " disagree on grid_thw: rank ",
-          first,
-          " has ",
-          grid_text(a.grid),
-          ", rank ",
-          r,
-          " has ",
-          grid_text(b.grid),
+          " disagree on ",
+          grid_difference(
+              static_cast<int>(first), a.grid, static_cast<int>(r), b.grid),
           " (every cp rank of a replica passes that replica's inputs)");
       TORCH_CHECK(
           a.owner_mode == b.owner_mode && a.owner_fp == b.owner_fp,

@@ -146,11 +146,16 @@ PieceExchange make_piece_exchange(
     const char* fn) {
   auto route = std::make_shared<const PieceRoute>(piece_route(plan, rank));
   const uint64_t fingerprint = plan.fingerprint;
-  return [route, fingerprint, rank, group, device, timeout, state, fn](
+  // A peer whose grid differs may meet this exchange in its own consensus:
+  // the grid lets both name the differing row.
+  auto grid = std::make_shared<const std::vector<GridThw>>(plan.frames.grid);
+  return [route, fingerprint, grid, rank, group, device, timeout, state, fn](
              const at::Tensor& rows) -> std::vector<at::Tensor> {
     try {
       ConsensusRecord mine;
       mine.fingerprint = fingerprint;
+      mine.has_grid = true;
+      mine.grid = *grid;
       mine.path = 0;
       mine.rows = route->sent_by_rank[static_cast<size_t>(rank)];
       mine.dtype = static_cast<int64_t>(rows.scalar_type());

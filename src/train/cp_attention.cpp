@@ -2,6 +2,7 @@
 #include <frameshard/train/cp_attention.h>
 
 #include <frameshard/error.h>
+#include <frameshard/owner_route.h>
 #include <frameshard/runtime/gather.h>
 
 #include "tower/check.h"
@@ -28,15 +29,10 @@ std::vector<int64_t> cp_local_positions(
       2 * cp_size,
       ", got ",
       seq_len);
-  const int64_t chunk = seq_len / (2 * cp_size);
-  std::vector<int64_t> pos;
-  pos.reserve(static_cast<size_t>(2 * chunk));
-  for (int64_t c : {cp_rank, 2 * cp_size - 1 - cp_rank}) {
-    for (int64_t i = 0; i < chunk; ++i) {
-      pos.push_back(c * chunk + i);
-    }
-  }
-  return pos;
+  // The sequence is already padded (the checks above), so the core's split
+  // (which pads) returns exactly the positions of this length.
+  return sequence_chunk_positions(
+      seq_len, cp_size, cp_rank, SequenceSplit::kLoadBalanced);
 }
 
 at::Tensor cp_causal_attention(

@@ -94,17 +94,42 @@ std::vector<RankOutcome> run_encode(
       ropts);
 }
 
-TEST(EncodeErrors, RanksGivenDifferentGridsAllRaise) {
+TEST(EncodeErrors, RanksGivenDifferentGridsAllRaiseNamingTheRow) {
   const auto outcomes = run_encode(3, [](int rank, RankCall& call) {
     if (rank == 2) {
       call.grid[4] = {1, 4, 6};  // same patch count, different frame shape
     }
   });
   expect_same_error_everywhere(
+      outcomes,
+      "ranks disagree on the plan: grid_thw row 4: rank 0 has (1, 6, 4), "
+      "rank 2 has (1, 4, 6)");
+}
+
+TEST(EncodeErrors, RanksGivenGridsOfDifferentLengthsNameTheRowCounts) {
+  const auto outcomes = run_encode(2, [](int rank, RankCall& call) {
+    if (rank == 1) {
+      call.grid.pop_back();
+    }
+  });
+  expect_same_error_everywhere(
+      outcomes,
+      "ranks disagree on the plan: grid_thw rows: rank 0 has 6, rank 1 has "
+      "5");
+}
+
+TEST(EncodeErrors, RanksWithOneGridButDifferentOwnerMapsNameTheFingerprints) {
+  const int64_t tokens =
+      make_plan(kMixedGrid, sharding_options(2)).frames.total_tokens;
+  const auto outcomes = run_encode(2, [&](int rank, RankCall& call) {
+    call.options.token_owner.assign(static_cast<size_t>(tokens), rank);
+  });
+  expect_same_error_everywhere(
       outcomes, "ranks disagree on the plan fingerprint: rank 0 has 0x");
   EXPECT_NE(
       outcomes[0].error.find("(different grid_thw or options?)"),
       std::string::npos);
+  EXPECT_EQ(outcomes[0].error.find("grid_thw row"), std::string::npos);
 }
 
 TEST(EncodeErrors, ARankThatWouldReplicateWhileOthersShardRaises) {

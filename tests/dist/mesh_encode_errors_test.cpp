@@ -120,7 +120,7 @@ TEST(MeshEncodeErrors, ATowerThatThrowsOnOneRankRaisesTheSameErrorEverywhere) {
       "rank 1 failed while running the tower: boom in the tower");
 }
 
-TEST(MeshEncodeErrors, CpRanksOfOneReplicaWithDifferentGridsRaiseEverywhere) {
+TEST(MeshEncodeErrors, CpRanksOfOneReplicaWithDifferentGridsNameTheRow) {
   MeshErrorCase c;
   expect_mesh_error(
       run_mesh_errors(
@@ -132,8 +132,9 @@ TEST(MeshEncodeErrors, CpRanksOfOneReplicaWithDifferentGridsRaiseEverywhere) {
                   at::randn({96, testing::kTestFeatures}, at::kDouble);
             }
           }),
-      "cp ranks of replica 1 disagree on grid_thw: rank 2 has 2 media "
-      "[[1, 8, 8], [2, 4, 4]], rank 3 has 2 media [[1, 8, 8], [1, 4, 8]]");
+      "cp ranks of replica 1 disagree on grid_thw row 1: rank 2 has (2, 4, "
+      "4), rank 3 has (1, 4, 8) (every cp rank of a replica passes that "
+      "replica's inputs)");
   // One cp rank of a replica believing it is text-only.
   expect_mesh_error(
       run_mesh_errors(
@@ -144,7 +145,8 @@ TEST(MeshEncodeErrors, CpRanksOfOneReplicaWithDifferentGridsRaiseEverywhere) {
               call.pixels = at::zeros({0, testing::kTestFeatures}, at::kDouble);
             }
           }),
-      "cp ranks of replica 0 disagree on grid_thw: rank 0 has 6 media");
+      "cp ranks of replica 0 disagree on grid_thw rows: rank 0 has 6, rank "
+      "1 has 0");
 }
 
 TEST(MeshEncodeErrors, ADtypeMismatchRaisesEverywhere) {

@@ -276,6 +276,36 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
   expect_contains(msg, "(vision)");
 }
 
+TEST(Config, FrameShardingKeysAreTheSchemasKeysInDeclarationOrder) {
+  const std::vector<std::string> keys = frame_sharding_keys();
+  EXPECT_EQ(
+      keys,
+      (std::vector<std::string>{
+          "enabled",
+          "mesh_dims",
+          "min_tokens",
+          "min_frames",
+          "min_local_patch_rows",
+          "cost_alpha",
+          "partitioner",
+          "gather",
+          "split_frames",
+          "split_exchange_cost",
+          "split_min_gain",
+          "split_exchange_latency_us",
+          "tower",
+          "policy",
+          "gather_bandwidth_gbps"}));
+  // Each one is a key an override accepts (the schema, not a second list).
+  for (const std::string& key : keys) {
+    Config c;
+    const std::string msg = error_of(
+        [&] { apply_override(c, kFs + "." + key, "[not, a, value]"); });
+    expect_contains(msg, kFs + "." + key + ": expected ");
+    EXPECT_EQ(msg.find("unknown key"), std::string::npos) << msg;
+  }
+}
+
 TEST(Config, OtherSectionsAreSkippedAndListedAmongTheKnownKeys) {
   const std::string doc =
       "model: {anything: [1, 2]}\n"

@@ -40,6 +40,78 @@ TEST(PositionOwner, BadLengthsAndPositionsAreErrors) {
       parse_sequence_split("load_balanced"), SequenceSplit::kLoadBalanced);
 }
 
+TEST(SequenceChunkPositions, PaddedLengthRoundsUpToTheSplitsChunkCount) {
+  EXPECT_EQ(padded_sequence_length(10, 2, SequenceSplit::kLoadBalanced), 12);
+  EXPECT_EQ(padded_sequence_length(10, 2, SequenceSplit::kContiguous), 10);
+  EXPECT_EQ(padded_sequence_length(11, 2, SequenceSplit::kContiguous), 12);
+  EXPECT_EQ(padded_sequence_length(12, 3, SequenceSplit::kLoadBalanced), 12);
+  EXPECT_EQ(padded_sequence_length(0, 4, SequenceSplit::kLoadBalanced), 0);
+  EXPECT_EQ(padded_sequence_length(1, 1, SequenceSplit::kLoadBalanced), 2);
+}
+
+TEST(SequenceChunkPositions, LoadBalancedRankHoldsChunkRAndItsMirror) {
+  // 10 over cp 2 pads to 12: chunks of 3, rank 0 holds 0 and 3.
+  EXPECT_EQ(
+      sequence_chunk_positions(10, 2, 0, SequenceSplit::kLoadBalanced),
+      (std::vector<int64_t>{0, 1, 2, 9, 10, 11}));
+  EXPECT_EQ(
+      sequence_chunk_positions(10, 2, 1, SequenceSplit::kLoadBalanced),
+      (std::vector<int64_t>{3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(
+      sequence_chunk_positions(6, 3, 2, SequenceSplit::kLoadBalanced),
+      (std::vector<int64_t>{2, 3}));
+}
+
+TEST(SequenceChunkPositions, ContiguousRankHoldsOneChunk) {
+  EXPECT_EQ(
+      sequence_chunk_positions(5, 2, 1, SequenceSplit::kContiguous),
+      (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_TRUE(
+      sequence_chunk_positions(0, 2, 1, SequenceSplit::kContiguous).empty());
+}
+
+TEST(
+    SequenceChunkPositions, RanksCoverThePaddedSequenceOnceAndAgreeWithOwners) {
+  for (SequenceSplit split :
+       {SequenceSplit::kContiguous, SequenceSplit::kLoadBalanced}) {
+    for (int64_t cp = 1; cp <= 5; ++cp) {
+      for (int64_t len = 0; len <= 23; ++len) {
+        const int64_t total = padded_sequence_length(len, cp, split);
+        std::vector<int> seen(static_cast<size_t>(total), 0);
+        for (int64_t r = 0; r < cp; ++r) {
+          const auto pos = sequence_chunk_positions(len, cp, r, split);
+          EXPECT_EQ(static_cast<int64_t>(pos.size()), total / cp);
+          for (size_t i = 0; i < pos.size(); ++i) {
+            EXPECT_TRUE(i == 0 || pos[i] > pos[i - 1]);
+            seen[static_cast<size_t>(pos[i])] += 1;
+            EXPECT_EQ(position_owner(pos[i], total, cp, split), r);
+          }
+        }
+        EXPECT_EQ(seen, std::vector<int>(static_cast<size_t>(total), 1));
+      }
+    }
+  }
+}
+
+TEST(SequenceChunkPositions, BadRanksLengthsAndCpSizesAreErrors) {
+  EXPECT_THROW(
+      sequence_chunk_positions(8, 2, 2, SequenceSplit::kLoadBalanced), Error);
+  EXPECT_THROW(
+      sequence_chunk_positions(8, 2, -1, SequenceSplit::kContiguous), Error);
+  EXPECT_THROW(
+      padded_sequence_length(-1, 2, SequenceSplit::kContiguous), Error);
+  EXPECT_THROW(
+      padded_sequence_length(8, 0, SequenceSplit::kLoadBalanced), Error);
+  try {
+    sequence_chunk_positions(8, 2, 2, SequenceSplit::kLoadBalanced);
+  } catch (const Error& e) {
+    EXPECT_STREQ(
+        e.what(),
+        "frameshard::sequence_chunk_positions: expected a rank in [0, 2), "
+        "got 2");
+  }
+}
+
 // Every rank's rows go out in send_order with send_counts; the receiver
 // concatenates by source and applies recv_order. Returns what each rank
 // ends up with (token ids).

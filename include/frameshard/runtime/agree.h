@@ -14,6 +14,15 @@
 //   try { setup(); } catch (...) { err = std::current_exception(); }
 //   frameshard::agree(group, config_hash, err, "train", "config");
 //
+// agree_values is the same for named integer arguments that every rank of
+// a collective must pass alike (a sequence length, a CP size, a split):
+// where they differ, every rank raises the same error naming the first
+// argument that differs and two ranks' values, instead of the collective
+// that follows hanging or mixing shapes.
+//
+//   frameshard::agree_values(group, "context_parallel",
+//                            {"seq_len", "cp_size"}, {seq_len, cp});
+//
 // Collective: every rank of `group` must call it.
 #pragma once
 
@@ -24,6 +33,8 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <string>
+#include <vector>
 
 namespace frameshard {
 
@@ -36,6 +47,23 @@ void agree(
     const std::exception_ptr& local_error,
     const char* fn,
     const char* subject,
+    c10::Device device = c10::Device(c10::kCPU),
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+/// See the banner. Returns on every rank when every rank passed the same
+/// `names` and `values`; otherwise raises c10::Error on every rank,
+/// prefixed "frameshard::<fn>: [rank r/W] " and the same after it: "ranks
+/// disagree on <name>: rank 0 has X, rank k has Y" for the first name (in
+/// order) on which some rank differs from rank 0, k the lowest such rank.
+/// A rank whose names and values differ in number, or ranks that pass
+/// different names, raise alike. One equal-size all-gather when all agree,
+/// a second one (of the values) when they do not. `device` and `timeout` as
+/// for agree. nullptr or a group of one: only the local check.
+void agree_values(
+    const ProcessGroupPtr& group,
+    const std::string& fn,
+    const std::vector<std::string>& names,
+    const std::vector<int64_t>& values,
     c10::Device device = c10::Device(c10::kCPU),
     std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
