@@ -18,7 +18,7 @@ repeated so that drift hits them alike:
   greedy      NeMo Automodel's rule: prefix-sum cut (bisect_right) of p * (p + 3 * hidden)
   count       Megatron's rule: equal frame counts, the remainder on the last rank
   split       (--split) frameshard with split_frames: pieces of large frames on several ranks
-              (frameshard.hf_split patches the transformers tower's full-attention blocks)
+              (frameshard.hf._split patches the transformers tower's full-attention blocks)
   split-calibrated  split_frames with the calibrated arm's cost (what the FLOP model leaves
               out, the per-frame constants, then weighs the pieces against the whole frames)
               and the exchange latency frameshard.calibrate_exchange measures on the group
@@ -67,7 +67,7 @@ def arm_config(arm, family_preset, calibration=None, latency_us=None):
     if arm == "count":
         return frameshard.FrameShardingConfig(**base, partitioner="count", min_local_patch_rows=0)
     if arm == "split":
-        # The Python towers take pieces (frameshard.hf_split): a frame larger than a rank's share
+        # The Python towers take pieces (frameshard.hf._split): a frame larger than a rank's share
         # is cut, each piece attending to its whole frame's K/V (one exchange per layer).
         return frameshard.FrameShardingConfig(**base, split_frames=True)
     if arm == "split-calibrated":
@@ -93,7 +93,7 @@ def batch_grid(preset, seed, scale):
     import frameshard
 
     if preset.startswith("grid:"):
-        return [tuple(int(x) for x in g) for g in json.loads(preset[len("grid:"):])]
+        return [tuple(int(x) for x in g) for g in json.loads(preset[len("grid:") :])]
     return frameshard.workload(preset, seed=seed, scale=scale)
 
 
@@ -115,12 +115,14 @@ def worker(args):
     import torch.distributed as dist
 
     import frameshard
-    from frameshard import hf, hf_towers
+    from frameshard import hf
+    from frameshard.hf import _random as hf_towers
 
     torch.set_num_threads(1)
     store = dist.FileStore(args.store, args.cp)
-    dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.cp,
-                            timeout=datetime.timedelta(seconds=600))
+    dist.init_process_group(
+        "gloo", store=store, rank=args.rank, world_size=args.cp, timeout=datetime.timedelta(seconds=600)
+    )
     visual = hf_towers.vision_module(args.family, args.width, args.depth, attn=args.attn)
     c = visual.config
     features = c.in_channels * c.temporal_patch_size * c.patch_size**2
@@ -149,8 +151,11 @@ def worker(args):
                 if arm == "replicated":
                     hf.disable(visual)
                 else:
-                    hf.enable(visual, dist.group.WORLD,
-                              arm_config(arm, PRESET_OF_FAMILY[args.family], calibration, latency_us))
+                    hf.enable(
+                        visual,
+                        dist.group.WORLD,
+                        arm_config(arm, PRESET_OF_FAMILY[args.family], calibration, latency_us),
+                    )
                 visual.zero_grad(set_to_none=True)
                 dist.barrier()
                 cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -167,10 +172,19 @@ def worker(args):
                 if rep >= args.warmup:
                     times[arm].append((cpu, wall))
                 if arm != "replicated" and arm not in plans:
-                    p = frameshard.plan(grid, args.cp, arm_config(arm, PRESET_OF_FAMILY[args.family], calibration, latency_us),
-                                        tower=visual, spatial_merge_size=c.spatial_merge_size)
-                    plans[arm] = {"cost_model": p.cost_model, "path": p.path, "split": p.split,
-                                  "rank_patch_rows": [r.local_patch_rows for r in p.ranks]}
+                    p = frameshard.plan(
+                        grid,
+                        args.cp,
+                        arm_config(arm, PRESET_OF_FAMILY[args.family], calibration, latency_us),
+                        tower=visual,
+                        spatial_merge_size=c.spatial_merge_size,
+                    )
+                    plans[arm] = {
+                        "cost_model": p.cost_model,
+                        "path": p.path,
+                        "split": p.split,
+                        "rank_patch_rows": [r.local_patch_rows for r in p.ranks],
+                    }
         hf.disable(visual)
         results[preset] = {"grid": [list(g) for g in grid], "patch_rows": rows, "times": times, "plans": plans}
     gathered = [None] * args.cp
@@ -182,9 +196,17 @@ def worker(args):
 
 
 def summarize(args, per_rank):
-    report = {"family": args.family, "width": args.width, "depth": args.depth, "cp": args.cp,
-              "scale": args.scale, "seed": args.seed, "repeats": args.repeats,
-              "exchange_latency_us": per_rank[0]["exchange_latency_us"], "presets": {}}
+    report = {
+        "family": args.family,
+        "width": args.width,
+        "depth": args.depth,
+        "cp": args.cp,
+        "scale": args.scale,
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "exchange_latency_us": per_rank[0]["exchange_latency_us"],
+        "presets": {},
+    }
     for preset in args.presets:
         first = per_rank[0][preset]
         arms = {}
@@ -205,27 +227,51 @@ def summarize(args, per_rank):
             a["vs_replicated"] = a["slowest_rank_cpu_s"] / rep if rep else None
             a["vs_frameshard"] = a["slowest_rank_cpu_s"] / fs if fs else None
             a["vs_ideal"] = a["slowest_rank_cpu_s"] / (rep / args.cp) if rep else None
-        report["presets"][preset] = {"patch_rows": first["patch_rows"], "frames": sum(g[0] for g in first["grid"]),
-                                     "largest_frame_rows": max(g[1] * g[2] for g in first["grid"]), "arms": arms}
+        report["presets"][preset] = {
+            "patch_rows": first["patch_rows"],
+            "frames": sum(g[0] for g in first["grid"]),
+            "largest_frame_rows": max(g[1] * g[2] for g in first["grid"]),
+            "arms": arms,
+        }
     return report
 
 
 def print_report(report):
-    print("hf_vision_ab: %s width %d depth %d, CP %d, scale %d, seed %d, median of %d (slowest rank, process CPU s)"
-          % (report["family"], report["width"], report["depth"], report["cp"], report["scale"], report["seed"],
-             report["repeats"]))
+    print(
+        "hf_vision_ab: %s width %d depth %d, CP %d, scale %d, seed %d, median of %d (slowest rank, process CPU s)"
+        % (
+            report["family"],
+            report["width"],
+            report["depth"],
+            report["cp"],
+            report["scale"],
+            report["seed"],
+            report["repeats"],
+        )
+    )
     if report["exchange_latency_us"] is not None:
-        print("  exchange latency (frameshard.calibrate_exchange, CPU clock): %.0f us per full-attention layer"
-              % report["exchange_latency_us"])
+        print(
+            "  exchange latency (frameshard.calibrate_exchange, CPU clock): %.0f us per full-attention layer"
+            % report["exchange_latency_us"]
+        )
     for preset, p in report["presets"].items():
-        print("  %s: %d patch rows in %d frames (largest %d)" % (preset, p["patch_rows"], p["frames"],
-                                                                 p["largest_frame_rows"]))
+        print(
+            "  %s: %d patch rows in %d frames (largest %d)"
+            % (preset, p["patch_rows"], p["frames"], p["largest_frame_rows"])
+        )
         for arm, a in p["arms"].items():
-            print("    %-16s cpu %7.3f s  wall %7.3f s  spread %.2f  /replicated %s  /frameshard %s  /ideal %s"
-                  % (arm, a["slowest_rank_cpu_s"], a["slowest_rank_wall_s"], a["cpu_spread"],
-                     "%.3f" % a["vs_replicated"] if a["vs_replicated"] else "-",
-                     "%.3f" % a["vs_frameshard"] if a["vs_frameshard"] else "-",
-                     "%.3f" % a["vs_ideal"] if a["vs_ideal"] else "-"))
+            print(
+                "    %-16s cpu %7.3f s  wall %7.3f s  spread %.2f  /replicated %s  /frameshard %s  /ideal %s"
+                % (
+                    arm,
+                    a["slowest_rank_cpu_s"],
+                    a["slowest_rank_wall_s"],
+                    a["cpu_spread"],
+                    "%.3f" % a["vs_replicated"] if a["vs_replicated"] else "-",
+                    "%.3f" % a["vs_frameshard"] if a["vs_frameshard"] else "-",
+                    "%.3f" % a["vs_ideal"] if a["vs_ideal"] else "-",
+                )
+            )
 
 
 def main():
@@ -234,14 +280,20 @@ def main():
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
-    ap.add_argument("--presets", default="mixed,doc,video,multi",
-                    help="comma-separated C++ presets, workload JSON files or grid:[[t,h,w],...]")
+    ap.add_argument(
+        "--presets",
+        default="mixed,doc,video,multi",
+        help="comma-separated C++ presets, workload JSON files or grid:[[t,h,w],...]",
+    )
     ap.add_argument("--scale", type=int, default=8, help="divide every frame's h and w by this")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cp", type=int, default=2)
     ap.add_argument("--arms", default="replicated,frameshard,calibrated,preset,greedy,count")
-    ap.add_argument("--calibration-sizes", default="16,64,144,256,576,1024,2304",
-                    help="patch rows per frame of the calibrated arm's sweep")
+    ap.add_argument(
+        "--calibration-sizes",
+        default="16,64,144,256,576,1024,2304",
+        help="patch rows per frame of the calibrated arm's sweep",
+    )
     ap.add_argument("--split", action="store_true", help="add the split_frames arm")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
@@ -266,9 +318,24 @@ def main():
         if args.split:
             argv += ["--arms", ",".join(args.arms)]
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--worker", "--rank", str(r),
-                                   "--store", os.path.join(tmp, "store"), "--out", out], env=env)
-                 for r in range(args.cp)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    *argv,
+                    "--worker",
+                    "--rank",
+                    str(r),
+                    "--store",
+                    os.path.join(tmp, "store"),
+                    "--out",
+                    out,
+                ],
+                env=env,
+            )
+            for r in range(args.cp)
+        ]
         codes = [p.wait() for p in procs]
         if any(codes):
             print("hf_vision_ab: a rank failed (exit codes %s)" % codes, file=sys.stderr)

@@ -40,27 +40,75 @@ TEXT_HIDDEN = 2048  # the merger's output width (a 2B-class language model)
 
 def towers(depth):
     """family -> (config class, model class, config kwargs, patch size)."""
-    text = dict(vocab_size=128, hidden_size=TEXT_HIDDEN, intermediate_size=64,
-                num_hidden_layers=1, num_attention_heads=16, num_key_value_heads=1,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                 "mrope_section": [16, 24, 24]})
+    text = dict(
+        vocab_size=128,
+        hidden_size=TEXT_HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=16,
+        num_key_value_heads=1,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [16, 24, 24]},
+    )
     common = dict(in_channels=3, temporal_patch_size=2, spatial_merge_size=2)
     return {
-        "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration", dict(
-            text_config=text, vision_config=dict(
-                depth=depth, embed_dim=1280, hidden_size=TEXT_HIDDEN, num_heads=16,
-                mlp_ratio=4, hidden_act="quick_gelu", patch_size=14, **common)), 14),
-        "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", dict(
-            text_config=text, vision_config=dict(
-                depth=depth, hidden_size=1280, intermediate_size=3420, num_heads=16,
-                hidden_act="silu", out_hidden_size=TEXT_HIDDEN, window_size=112,
-                fullatt_block_indexes=[depth - 1], patch_size=14, **common)), 14),
-        "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", dict(
-            text_config=dict(text, head_dim=128), vision_config=dict(
-                depth=depth, hidden_size=1152, intermediate_size=4304, num_heads=16,
-                hidden_act="gelu_pytorch_tanh", out_hidden_size=TEXT_HIDDEN,
-                num_position_embeddings=2304, deepstack_visual_indexes=[0],
-                patch_size=16, **common)), 16),
+        "qwen2_vl": (
+            "Qwen2VLConfig",
+            "Qwen2VLForConditionalGeneration",
+            dict(
+                text_config=text,
+                vision_config=dict(
+                    depth=depth,
+                    embed_dim=1280,
+                    hidden_size=TEXT_HIDDEN,
+                    num_heads=16,
+                    mlp_ratio=4,
+                    hidden_act="quick_gelu",
+                    patch_size=14,
+                    **common,
+                ),
+            ),
+            14,
+        ),
+        "qwen2_5_vl": (
+            "Qwen2_5_VLConfig",
+            "Qwen2_5_VLForConditionalGeneration",
+            dict(
+                text_config=text,
+                vision_config=dict(
+                    depth=depth,
+                    hidden_size=1280,
+                    intermediate_size=3420,
+                    num_heads=16,
+                    hidden_act="silu",
+                    out_hidden_size=TEXT_HIDDEN,
+                    window_size=112,
+                    fullatt_block_indexes=[depth - 1],
+                    patch_size=14,
+                    **common,
+                ),
+            ),
+            14,
+        ),
+        "qwen3_vl": (
+            "Qwen3VLConfig",
+            "Qwen3VLForConditionalGeneration",
+            dict(
+                text_config=dict(text, head_dim=128),
+                vision_config=dict(
+                    depth=depth,
+                    hidden_size=1152,
+                    intermediate_size=4304,
+                    num_heads=16,
+                    hidden_act="gelu_pytorch_tanh",
+                    out_hidden_size=TEXT_HIDDEN,
+                    num_position_embeddings=2304,
+                    deepstack_visual_indexes=[0],
+                    patch_size=16,
+                    **common,
+                ),
+            ),
+            16,
+        ),
     }
 
 
@@ -122,13 +170,28 @@ def run_family(family, spec, args, tmp):
         if impl == "sdpa":
             model.save_pretrained(model_dir)
             save_file({"pixel_values": pixels, "grid_thw": grid}, inputs)
-        results["hf-" + impl] = time_hf(visual, pixels, grid, args.torch_dtype,
-                                        args.repeats, args.warmup)
+        results["hf-" + impl] = time_hf(visual, pixels, grid, args.torch_dtype, args.repeats, args.warmup)
         del model, visual
     out = subprocess.run(
-        [args.bench, "--model-dir", model_dir, "--inputs", inputs, "--dtype", args.dtype,
-         "--threads", str(args.threads), "--repeats", str(args.repeats),
-         "--warmup", str(args.warmup)], check=True, capture_output=True, text=True)
+        [
+            args.bench,
+            "--model-dir",
+            model_dir,
+            "--inputs",
+            inputs,
+            "--dtype",
+            args.dtype,
+            "--threads",
+            str(args.threads),
+            "--repeats",
+            str(args.repeats),
+            "--warmup",
+            str(args.warmup),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     results["frameshard"] = json.loads(out.stdout)
     return results
 
@@ -147,9 +210,15 @@ def main(argv=None):
     args.torch_dtype = getattr(torch, args.dtype)
     torch.set_num_threads(args.threads)
     specs = towers(args.depth)
-    report = {"torch": torch.__version__, "transformers": transformers.__version__,
-              "threads": args.threads, "dtype": args.dtype, "depth": args.depth,
-              "grid_thw": GRID, "families": {}}
+    report = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": args.threads,
+        "dtype": args.dtype,
+        "depth": args.depth,
+        "grid_thw": GRID,
+        "families": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families.split(","):
             report["families"][family] = run_family(family, specs[family], args, tmp)
@@ -157,22 +226,36 @@ def main(argv=None):
         fs = fam["frameshard"]
         for phase in ("forward_ms", "forward_backward_ms"):
             key = phase.replace("_ms", "")
-            fam[key + "_ratio_vs_hf_sdpa"] = (statistics.median(fs[phase]) /
-                                              statistics.median(fam["hf-sdpa"][phase]))
+            fam[key + "_ratio_vs_hf_sdpa"] = statistics.median(fs[phase]) / statistics.median(fam["hf-sdpa"][phase])
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print("tower speed, median ms (torch %s, transformers %s, %d threads, %s, depth %d, %d rows)"
-          % (report["torch"], report["transformers"], args.threads, args.dtype, args.depth,
-             sum(t * h * w for t, h, w in GRID)))
-    print("%-11s %-20s %10s %10s %10s %12s" % ("tower", "phase", "frameshard", "hf-sdpa",
-                                              "hf-eager", "fs/hf-sdpa"))
+    print(
+        "tower speed, median ms (torch %s, transformers %s, %d threads, %s, depth %d, %d rows)"
+        % (
+            report["torch"],
+            report["transformers"],
+            args.threads,
+            args.dtype,
+            args.depth,
+            sum(t * h * w for t, h, w in GRID),
+        )
+    )
+    print("%-11s %-20s %10s %10s %10s %12s" % ("tower", "phase", "frameshard", "hf-sdpa", "hf-eager", "fs/hf-sdpa"))
     for family, fam in report["families"].items():
         for phase in ("forward_ms", "forward_backward_ms"):
             med = {k: statistics.median(fam[k][phase]) for k in ("frameshard", "hf-sdpa", "hf-eager")}
-            print("%-11s %-20s %10.1f %10.1f %10.1f %12.2f" % (
-                family, phase[:-3], med["frameshard"], med["hf-sdpa"], med["hf-eager"],
-                med["frameshard"] / med["hf-sdpa"]))
+            print(
+                "%-11s %-20s %10.1f %10.1f %10.1f %12.2f"
+                % (
+                    family,
+                    phase[:-3],
+                    med["frameshard"],
+                    med["hf-sdpa"],
+                    med["hf-eager"],
+                    med["frameshard"] / med["hf-sdpa"],
+                )
+            )
     return 0
 
 

@@ -29,15 +29,31 @@ import frameshard
 def tiny_qwen2_vl() -> transformers.Qwen2VLForConditionalGeneration:
     config = transformers.Qwen2VLConfig(
         text_config=dict(
-            vocab_size=128, hidden_size=48, intermediate_size=64, num_hidden_layers=1,
-            num_attention_heads=2, num_key_value_heads=1, bos_token_id=0, eos_token_id=1,
+            vocab_size=128,
+            hidden_size=48,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            bos_token_id=0,
+            eos_token_id=1,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 4, 4]},
         ),
         vision_config=dict(
-            depth=2, embed_dim=32, hidden_size=48, num_heads=2, mlp_ratio=2, in_channels=3,
-            patch_size=4, temporal_patch_size=2, spatial_merge_size=2,
+            depth=2,
+            embed_dim=32,
+            hidden_size=48,
+            num_heads=2,
+            mlp_ratio=2,
+            in_channels=3,
+            patch_size=4,
+            temporal_patch_size=2,
+            spatial_merge_size=2,
         ),
-        vision_start_token_id=2, vision_end_token_id=5, image_token_id=3, video_token_id=4,
+        vision_start_token_id=2,
+        vision_end_token_id=5,
+        image_token_id=3,
+        video_token_id=4,
     )
     torch.manual_seed(0)  # the same weights on every rank
     return transformers.Qwen2VLForConditionalGeneration._from_config(config, attn_implementation="eager")
@@ -110,8 +126,16 @@ def cp_training_loop(rank, world, steps=3):
         if rank == 0:
             print(
                 "CP step %d: loss %.6f (unsharded %.6f); rank 0 runs positions %d-%d and %d-%d of %d"
-                % (step, float(total), float(ref_loss.detach()), mine[0], mine[len(mine) // 2 - 1],
-                   mine[len(mine) // 2], mine[-1], seq),
+                % (
+                    step,
+                    float(total),
+                    float(ref_loss.detach()),
+                    mine[0],
+                    mine[len(mine) // 2 - 1],
+                    mine[len(mine) // 2],
+                    mine[-1],
+                    seq,
+                ),
                 flush=True,
             )
     cp.remove()
@@ -133,7 +157,9 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
     loss = train_step(model, inputs, rank, world)
     ref_loss = train_step(reference, inputs, rank, world)
-    pairs = [(p.grad, q.grad) for p, q in zip(model.parameters(), reference.parameters()) if q.grad is not None]
+    pairs = [
+        (p.grad, q.grad) for p, q in zip(model.parameters(), reference.parameters(), strict=True) if q.grad is not None
+    ]
     diff = max(float((g - h).abs().max()) for g, h in pairs) / max(float(h.abs().max()) for _, h in pairs)
     optimizer.step()
 

@@ -9,23 +9,32 @@ outputs back with a differentiable variable-size all-gather (backward: reduce-sc
     cfg = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0)
     p = frameshard.plan([[1, 32, 32], [8, 16, 16]], cp_size=2, config=cfg)
     embeds = frameshard.shard_vision(tower, pixel_values, grid_thw, group, cfg)
-    frameshard.hf.enable(model, group, cfg)   # a transformers Qwen-VL model
-    # mesh_dims [dp, cp]: every replica's frames balanced over the dp x cp world
-    embeds = frameshard.shard_vision(tower, my_pixels, my_grid, mesh=frameshard.Mesh(world, 2, 2))
+    frameshard.hf.enable(model, group, cfg)   # a transformers VLM; group may be a DeviceMesh
+    # mesh_dims [dp, cp]: every replica's frames balanced over the dp x cp mesh
+    mesh = init_device_mesh("cuda", (dp, cp), mesh_dim_names=("dp", "cp"))
+    cfg = frameshard.FrameShardingConfig(enabled=True, mesh_dims=["dp", "cp"])
+    embeds = frameshard.shard_vision(tower, my_pixels, my_grid, mesh, cfg)
 
 `torch` is imported first: the extension frameshard._C shares torch's pybind11 types.
 """
 
-import torch  # noqa: F401  (must be loaded before the extension)
+import logging
+
+import torch  # must be loaded before the extension
 
 from . import _C
 from ._C import FrameshardError
-from .config import FrameShardingConfig, parse_yaml
-from .plan import FrameUnit, Plan, RankPlan, plan, workload
-from .shard import FramePiece, Mesh, all_gather_rows, shard_vision, visual_token_owners
-from .towers import TowerDims, cost_model, tower_dims
-from .calibrate import Calibration, calibrate
-from .calibrate_exchange import calibrate_exchange
+from ._calibrate import Calibration, calibrate
+from ._calibrate_exchange import calibrate_exchange
+from ._config import FrameShardingConfig, parse_yaml
+from ._groups import Mesh
+from ._plan import FrameUnit, Plan, RankPlan, plan, workload
+from ._shard import FramePiece, all_gather_rows, shard_vision, visual_token_owners
+from ._towers import TowerDims, cost_model, tower_dims
+
+# The path each sharded call takes is logged here (INFO, once per change); silent unless the
+# application configures logging.
+logging.getLogger("frameshard").addHandler(logging.NullHandler())
 
 # The CMake project version, compiled into the extension (pyproject.toml reads the same).
 __version__ = _C.build_info()["version"]
@@ -60,14 +69,14 @@ def build_info() -> dict:
     )
     return info
 
+
 if _C.torch_version != torch.__version__:
     raise ImportError(
         "frameshard: expected torch %s (the torch the extension was built against), got %s; "
-        "reinstall with `python -m pip install --no-build-isolation .`"
-        % (_C.torch_version, torch.__version__)
+        "reinstall with `python -m pip install --no-build-isolation .`" % (_C.torch_version, torch.__version__)
     )
 
-from . import hf  # noqa: E402  (after the version check)
+from . import hf  # noqa: E402  (after the version check; it registers the families' readers)
 
 __all__ = [
     "Calibration",

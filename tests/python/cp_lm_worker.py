@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 import frameshard
-from frameshard import hf, hf_cp
+from frameshard import hf
+from frameshard.hf import _cp as hf_cp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402

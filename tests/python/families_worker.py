@@ -21,7 +21,9 @@ import sys
 import torch
 
 import frameshard
-from frameshard import hf, hf_families
+from frameshard import hf
+from frameshard.hf import _family as registry
+from frameshard.hf import _patches
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import family_models as fm  # noqa: E402
@@ -53,6 +55,7 @@ def _parity(model, step, rank, group, hooked, plans):
 
     ref_out, ref_grads = run()
     seen = []
+
     def record(_module, args, kwargs):
         pv = args[0] if args else kwargs["pixel_values"]  # PaddleOCR-VL: by keyword, [1, rows, C, p, p]
         seen.append(int(pv.shape[1] if pv.dim() == 5 else pv.shape[0]))
@@ -99,10 +102,10 @@ def scenario_glm4v(rank, world, group):
         logits = model(input_ids=ids, pixel_values=pv, image_grid_thw=grid, mm_token_type_ids=mm).logits
         return {"image": torch.cat(feats), "video": torch.cat(vids), "logits": logits}
 
-    frames = hf.tower_grid("glm4v", video)  # what get_video_features passes
+    frames = registry.tower_grid(registry.get("glm4v"), video)  # what get_video_features passes
     plans = [frameshard.plan(g, world, SHARD_ALL, tower=visual) for g in (grid, frames, grid)]
     res = _parity(model, step, rank, group, visual.patch_embed, plans)
-    res["family"] = hf.family_of(visual)
+    res["family"] = registry.of_vision(visual).name
     return res
 
 
@@ -120,7 +123,7 @@ def scenario_glm4v_moe(rank, world, group):
 
 def _image_plan(model, grid_thw, world):
     """The plan hf.enable makes for these images (one (1, h, w) row each)."""
-    cfg, dims = hf_families.plan_inputs(model, SHARD_ALL)
+    cfg, dims = hf.plan_inputs(model, SHARD_ALL)
     return frameshard.plan(grid_thw, world, cfg, tower=dims, temporal_patch_size=1)
 
 
@@ -208,10 +211,10 @@ def scenario_static(rank, world, group):
     glm = frameshard.tower_dims(Glm4vVisionConfig(**fm.GLM_VISION))
     moe = fm.glm4v_moe_vision()
     model = fm.omni_model()
-    _, omni_dims = hf_families.plan_inputs(model)
+    _, omni_dims = hf.plan_inputs(model)
     bare = dataclasses.replace(omni_dims, mergers=0, prefix_tokens=0)  # RADIO's blocks alone
     hf.enable(model, group, frameshard.FrameShardingConfig(enabled=True))
-    stored = getattr(model, hf._STATE).config.cost_alpha
+    stored = _patches.state(model, "features").config.cost_alpha
     patched = "get_image_features" in vars(model) and hf.is_enabled(model)
     restored = hf.disable(model) and "get_image_features" not in vars(model) and not hf.is_enabled(model)
     mesh = _raised(lambda: hf.enable(model, config=SHARD_ALL, mesh=frameshard.Mesh(None, 1, 1)))
@@ -219,7 +222,7 @@ def scenario_static(rank, world, group):
         "glm_dims": glm.as_dict(),
         "glm_b": frameshard.cost_model(glm)["b"],
         "moe_dims_equal": frameshard.tower_dims(moe) == glm,
-        "moe_family": hf.family_of(moe),
+        "moe_family": registry.of_vision(moe).name,
         "omni_dims": omni_dims.as_dict(),
         "omni_cost": frameshard.cost_model(omni_dims),
         "radio_b": frameshard.cost_model(bare)["b"],
@@ -409,8 +412,8 @@ SCENARIOS = {
 }
 for _training in fm.TRAINING:
     for _family in fm.TRAIN_FAMILIES:
-        SCENARIOS["%s:%s" % (_training, _family)] = (
-            lambda r, w, g, _t=_training, _f=_family: scenario_training(_t, _f, r, w, g)
+        SCENARIOS["%s:%s" % (_training, _family)] = lambda r, w, g, _t=_training, _f=_family: scenario_training(
+            _t, _f, r, w, g
         )
 
 

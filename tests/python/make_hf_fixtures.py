@@ -366,8 +366,9 @@ def build_family(family, spec, out_dir, pixel_values, grid_thw, seed):
 
 def build_omni(family, out_dir, seed):
     """The Nemotron Omni fixture of `family` (OMNI_FAMILIES): model/, inputs and reference."""
-    import family_models
     from transformers import NemotronH_Omni_Reasoning_V3
+
+    import family_models
 
     model = family_models.omni_model(seed).to(OMNI_FAMILIES[family]).eval()
     model_dir = os.path.join(out_dir, family, "model")

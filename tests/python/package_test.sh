@@ -27,6 +27,11 @@ run_pytest() {
 run_example() {
   cd "$ROOT"
   "$VENV/bin/torchrun" --standalone --nproc-per-node 2 examples/python/hf_train_step.py
+  # docs/python.md's FSDP2 + DeviceMesh script, on both families it shows: cp 2, then dp 2 x cp 2.
+  OMP_NUM_THREADS=1 "$VENV/bin/torchrun" --standalone --nproc-per-node 2 \
+    examples/python/fsdp2_device_mesh.py --family qwen2_5_vl
+  OMP_NUM_THREADS=1 "$VENV/bin/torchrun" --standalone --nproc-per-node 4 \
+    examples/python/fsdp2_device_mesh.py --family qwen3_vl --dp 2
 }
 case "$step" in
 pytest)
@@ -69,5 +74,6 @@ assert not b["gloo_groups"], b'
 
 run_pytest tests/python/test_package.py tests/python/test_costs.py tests/python/test_wrappers.py \
   tests/python/test_mesh.py tests/python/test_families.py tests/python/test_cp_lm.py \
-  tests/python/test_hf_ab.py tests/python/test_hf_split.py
+  tests/python/test_hf_ab.py tests/python/test_hf_split.py tests/python/test_layout.py \
+  tests/python/test_device_mesh.py
 run_example

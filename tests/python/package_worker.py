@@ -32,9 +32,7 @@ from worker_common import compare, max_diff, rank_weights, reduced_grads  # noqa
 # Seven frame units (an image, a 4-frame video split by the planner, images of other sizes).
 TORCH_GRID = [[1, 4, 4], [4, 4, 6], [1, 6, 8], [1, 2, 2], [1, 10, 2]]
 SHARD_ALL = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0)
-SHARD_NO_FLOOR = frameshard.FrameShardingConfig(
-    enabled=True, min_tokens=0, min_frames=0, min_local_patch_rows=0
-)
+SHARD_NO_FLOOR = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0, min_local_patch_rows=0)
 
 
 class FrameTower(torch.nn.Module):
@@ -56,7 +54,7 @@ class FrameTower(torch.nn.Module):
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         bounds = cu_seqlens.tolist()
         mixed = []
-        for a, b in zip(bounds[:-1], bounds[1:]):
+        for a, b in zip(bounds[:-1], bounds[1:], strict=False):
             att = torch.softmax(q[a:b] @ k[a:b].T / q.shape[1] ** 0.5, dim=-1)
             mixed.append(att @ v[a:b])
         x = x + torch.cat(mixed, dim=0)
@@ -97,9 +95,7 @@ def scenario_torch_tower(rank, world, group, grid=TORCH_GRID, config=SHARD_ALL):
 
     def sharded():
         nonlocal plan
-        (emb, aux), plan = frameshard.shard_vision(
-            tower, pixel_values, grid_t, group, config, return_plan=True
-        )
+        (emb, aux), plan = frameshard.shard_vision(tower, pixel_values, grid_t, group, config, return_plan=True)
         return emb, aux
 
     out, grads = step(sharded)
@@ -203,6 +199,21 @@ def scenario_mismatch(rank, world, group):
     except frameshard.FrameshardError as e:
         return {"raised": type(e).__name__, "message": str(e), "tower_calls": len(tower.seen)}
     return {"raised": None, "tower_calls": len(tower.seen)}
+
+
+def scenario_grid_mismatch(rank, world, group):
+    """Rank 1's batch has another third image: every rank raises, naming that grid row."""
+    tower = FrameTower(12, 16, 8).double()
+    grid = [list(g) for g in TORCH_GRID]
+    if rank == 1:
+        grid[2] = [1, 8, 6]
+    grid = torch.tensor(grid)
+    pixel_values = torch.randn(int(grid.prod(-1).sum()), 12, dtype=torch.float64)
+    try:
+        frameshard.shard_vision(tower, pixel_values, grid, group, SHARD_ALL, timeout=30)
+    except frameshard.FrameshardError as e:
+        return {"raised": type(e).__name__, "message": str(e)}
+    return {"raised": None}
 
 
 def scenario_tower_error(rank, world, group):
@@ -338,6 +349,7 @@ SCENARIOS = {
     "torch_tower_dummy": scenario_torch_tower_dummy,
     "gather": scenario_gather,
     "mismatch": scenario_mismatch,
+    "grid_mismatch": scenario_grid_mismatch,
     "tower_error": scenario_tower_error,
     "gil": scenario_gil,
 }

@@ -26,11 +26,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import frameshard  # noqa: E402
 import split_models  # noqa: E402
 import worker_common  # noqa: E402
-
-import frameshard  # noqa: E402
 from frameshard import hf  # noqa: E402
+from frameshard.hf import _family as registry  # noqa: E402
 
 GRIDS = {
     "one": [[[1, 16, 16]]],
@@ -69,7 +69,7 @@ def step(visual, pv, grid, rank, group, enable):
     if enable:
         hf.enable(visual, group, config(), timeout=TIMEOUT_S)
     # GLM-4V takes one (1, h, w) row per frame (hf.tower_grid), as its get_video_features passes.
-    out = split_models.outputs(visual(pv, grid_thw=hf.tower_grid(hf.family_of(visual), torch.tensor(grid))))
+    out = split_models.outputs(visual(pv, grid_thw=registry.tower_grid(registry.of_vision(visual), torch.tensor(grid))))
     loss = sum((worker_common.rank_weights(o, rank, i) * o).sum() for i, o in enumerate(out))
     loss.backward()
     if enable:
@@ -165,7 +165,7 @@ class UserTower(torch.nn.Module):
         ids, frame = [], 0
         for t, h, w in grid.tolist():
             hh, ww = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
-            block = lambda x: x.reshape(h // 2, 2, w // 2, 2).transpose(1, 2).flatten()  # noqa: E731
+            block = lambda x: x.reshape(h // 2, 2, w // 2, 2).transpose(1, 2).flatten()  # noqa: E731, B023
             whole = block(hh) * self.side + block(ww)
             for _ in range(t):
                 p = by_frame.get(frame)
@@ -209,7 +209,9 @@ def user_parity(case):
         grad_diff, grad_scale = worker_common.compare(
             worker_common.reduced_grads(base, group), worker_common.reduced_grads(ref, group)
         )
-        return dict(plan_facts(plan, rank), out_diff=out_diff, out_scale=out_scale, grad_diff=grad_diff, grad_scale=grad_scale)
+        return dict(
+            plan_facts(plan, rank), out_diff=out_diff, out_scale=out_scale, grad_diff=grad_diff, grad_scale=grad_scale
+        )
 
     return run
 

@@ -63,7 +63,7 @@ def test_build_info_names_version_revision_torch_and_backends():
 
 
 # Per family: what transformers' config of the tiny test model holds, as the C++ cost model's
-# dimensions (independently of frameshard.towers: the fixtures' numbers).
+# dimensions (independently of the family modules: the fixtures' numbers).
 def expected_dims(family, visual):
     c = visual.config
     if family == "qwen2_vl":
@@ -131,9 +131,7 @@ def test_cost_model_is_the_wrapped_towers_not_the_preset():
     cfg = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0)
     assert frameshard.plan([[1, 8, 8]], 2, cfg, tower=visual).cost_model == cost["label"]
     auto3 = frameshard.FrameShardingConfig(enabled=True, cost_alpha="automodel")
-    assert frameshard.plan([[1, 8, 8]], 2, auto3, tower=dims).cost_model == (
-        "automodel (3*hidden=%d)" % (3 * d)
-    )
+    assert frameshard.plan([[1, 8, 8]], 2, auto3, tower=dims).cost_model == ("automodel (3*hidden=%d)" % (3 * d))
     # A window tower: the window term and the pieces' window side come from the module.
     _, v25, _ = hf_models.build("qwen2_5_vl")
     c25 = frameshard.cost_model(frameshard.tower_dims(v25))
@@ -181,12 +179,25 @@ def test_cpp_encode_plans_with_the_same_cost_model(family, tmp_path):
         str(tmp_path / "inputs.safetensors"),
     )
     proc = subprocess.run(
-        [BIN, "encode", "--model-dir", str(tmp_path / "model"), "--inputs", str(tmp_path / "inputs.safetensors"),
-         "--out", str(tmp_path / "out.safetensors"), "--nproc", "2", "--json"],
-        capture_output=True, text=True, timeout=300,
+        [
+            BIN,
+            "encode",
+            "--model-dir",
+            str(tmp_path / "model"),
+            "--inputs",
+            str(tmp_path / "inputs.safetensors"),
+            "--out",
+            str(tmp_path / "out.safetensors"),
+            "--nproc",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout[proc.stdout.index("{"):])
+    report = json.loads(proc.stdout[proc.stdout.index("{") :])
     want = frameshard.cost_model(frameshard.tower_dims(visual))["label"]
     assert report["plan"]["cost_model"] == want
 
@@ -208,25 +219,55 @@ def test_calibrate_times_the_module_and_writes_a_file_cost_alpha_reads(tmp_path)
     # A callable tower needs its geometry.
     with pytest.raises(frameshard.FrameshardError, match="expected features and spatial_merge_size"):
         frameshard.calibrate(lambda pv, g, cu: pv, sizes=(16,))
-    plain = frameshard.calibrate(lambda pv, g, cu: pv * 2, features=4, spatial_merge_size=2, sizes=(4, 16),
-                                 repeats=1, backward=False)
+    plain = frameshard.calibrate(
+        lambda pv, g, cu: pv * 2, features=4, spatial_merge_size=2, sizes=(4, 16), repeats=1, backward=False
+    )
     assert len(plain.samples) == 4 and plain.path is None
 
 
 def test_python_m_frameshard_version_and_calibrate(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    v = subprocess.run([sys.executable, "-m", "frameshard", "--version"], capture_output=True, text=True,
-                       env=env, timeout=120)
+    v = subprocess.run(
+        [sys.executable, "-m", "frameshard", "--version"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert v.returncode == 0 and v.stdout.startswith("frameshard %s (git " % frameshard.__version__), v.stderr
     out = str(tmp_path / "cal.txt")
-    c = subprocess.run([sys.executable, "-m", "frameshard", "calibrate", "--family", "qwen3_vl", "--width", "64",
-                        "--depth", "2", "--sizes", "16", "64", "--repeats", "1", "--out", out],
-                       capture_output=True, text=True, env=env, timeout=300)
+    c = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "frameshard",
+            "calibrate",
+            "--family",
+            "qwen3_vl",
+            "--width",
+            "64",
+            "--depth",
+            "2",
+            "--sizes",
+            "16",
+            "64",
+            "--repeats",
+            "1",
+            "--out",
+            out,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert c.returncode == 0, c.stderr
     assert "wrote %s: quadratic" % out in c.stdout and open(out).read().rstrip().splitlines()[-1].startswith(
-        "quadratic:")
-    bad = subprocess.run([sys.executable, "-m", "frameshard", "calibrate", "--sizes", "15", "--out", out],
-                         capture_output=True, text=True, env=env, timeout=300)
+        "quadratic:"
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "frameshard", "calibrate", "--sizes", "15", "--out", out],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error: frameshard.calibrate: sizes: expected")
     none = subprocess.run([sys.executable, "-m", "frameshard"], capture_output=True, text=True, env=env, timeout=120)
     assert none.returncode == 2 and "expected a command" in none.stderr

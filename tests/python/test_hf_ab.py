@@ -1,4 +1,4 @@
-"""`python -m frameshard ab` and `train` (frameshard.hf_ab) on a tiny random transformers model.
+"""`python -m frameshard ab` and `train` (frameshard.cli._ab) on a tiny random transformers model.
 
 One `ab` run at CP 2 (2 steps, the mixed preset at scale 12, so it stays short): the JSON keys of
 the C++ command, the arms' losses within 1e-5 (float32; measured 0 and 4.8e-7), and one
@@ -16,10 +16,26 @@ import sys
 import pytest
 
 FAST = ["--data.scale", "12", "--steps", "2"]
-ARM_KEYS = {"losses", "mean_vision_seconds", "mean_step_seconds", "step_seconds", "vision_seconds", "cp",
-            "max_peak_bytes", "max_vision_peak_bytes", "peak_bytes_per_rank", "visual_bytes_received"}
-RATIOS = {"vision_time_ratio", "step_time_ratio", "peak_bytes_ratio", "vision_peak_bytes_ratio",
-          "loss_max_abs_diff", "visual_bytes_ratio"}
+ARM_KEYS = {
+    "losses",
+    "mean_vision_seconds",
+    "mean_step_seconds",
+    "step_seconds",
+    "vision_seconds",
+    "cp",
+    "max_peak_bytes",
+    "max_vision_peak_bytes",
+    "peak_bytes_per_rank",
+    "visual_bytes_received",
+}
+RATIOS = {
+    "vision_time_ratio",
+    "step_time_ratio",
+    "peak_bytes_ratio",
+    "vision_peak_bytes_ratio",
+    "loss_max_abs_diff",
+    "visual_bytes_ratio",
+}
 
 
 def frameshard(*args, check=True):
@@ -66,7 +82,7 @@ def one():
 def test_cp2_equals_one_process(ab, one):
     losses = one["unsharded"]["losses"]
     for arm in ("replicated", "sharded"):
-        diff = max(abs(a - b) for a, b in zip(losses, ab[arm]["losses"]))
+        diff = max(abs(a - b) for a, b in zip(losses, ab[arm]["losses"], strict=False))
         assert diff <= 1e-5, (arm, losses, ab[arm]["losses"])
 
 
@@ -85,15 +101,17 @@ def test_model_dir_trains_the_checkpoints_weights(one, tmp_path):
     # The tiny model of another seed, saved as a checkpoint and trained with the default seed: the
     # losses of that seed's tiny model only if the checkpoint's weights (not new random ones of
     # train.seed) are the ones trained; its config gives the family and the token ids.
-    from frameshard import hf_ab
+    from frameshard.cli import _ab as hf_ab
 
     recipe, _ = hf_ab.resolve_recipe(None, [], **{"model.family": "qwen2_vl", "train.seed": 7})
     hf_ab.tiny_model(recipe).save_pretrained(str(tmp_path))
     got = json.loads(frameshard("train", "--model-dir", str(tmp_path), "--cp", "1", "--json", *FAST).stdout)
-    seed7 = json.loads(frameshard("train", "--family", "qwen2_vl", "--train.seed", "7", "--cp", "1", "--json", *FAST).stdout)
+    seed7 = json.loads(
+        frameshard("train", "--family", "qwen2_vl", "--train.seed", "7", "--cp", "1", "--json", *FAST).stdout
+    )
     assert got["family"] == "qwen2_vl"
     losses, want = got["unsharded"]["losses"], seed7["unsharded"]["losses"]
-    assert max(abs(a - b) for a, b in zip(losses, want)) <= 1e-6, (losses, want)
+    assert max(abs(a - b) for a, b in zip(losses, want, strict=False)) <= 1e-6, (losses, want)
     assert losses != one["unsharded"]["losses"], losses  # not the default seed's random weights
     bad = frameshard("train", "--model-dir", str(tmp_path / "missing"), "--cp", "1", check=False)
     assert bad.returncode != 0 and "model.model_dir: expected a checkpoint with config.json" in bad.stderr, bad.stderr

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import safetensors.torch
 import torch
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.abspath(os.environ.get("FRAMESHARD_BIN", os.path.join(ROOT, "build", "frameshard")))
@@ -194,9 +194,7 @@ def test_fixtures_cover_the_families(fixtures):
     assert inputs["pixel_values"].shape[0] == int(np.prod(grid, axis=1).sum())
 
 
-@pytest.mark.parametrize(
-    "nproc,split", [(1, False), (2, False), (4, True)], ids=["nproc1", "nproc2", "nproc4-split"]
-)
+@pytest.mark.parametrize("nproc,split", [(1, False), (2, False), (4, True)], ids=["nproc1", "nproc2", "nproc4-split"])
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_encode_matches_transformers(binary, fixtures, family, nproc, split, tmp_path):
     fam = _family_dir(fixtures, family)
@@ -218,8 +216,7 @@ def test_encode_matches_transformers(binary, fixtures, family, nproc, split, tmp
     assert not problems, (
         "%s (%s) disagrees with transformers:\n  %s\n"
         "reference.safetensors also holds debug_patch_embed, debug_block_input, debug_rotary_*, "
-        "debug_block<i> (input row order) to find the first diverging stage."
-        % (family, label, "\n  ".join(problems))
+        "debug_block<i> (input row order) to find the first diverging stage." % (family, label, "\n  ".join(problems))
     )
 
 

@@ -89,9 +89,11 @@ def test_split_frames_bf16_no_less_accurate(world_results, family):
     for rank, res in enumerate(per_rank):
         for what in ("out", "grad"):
             rep, got = res["rep_%s_err" % what], res["%s_err" % what]
-            assert got <= LOWP_ERR_FACTOR * rep + 1e-12 * res["%s_scale" % what], (name, world, rank, what, got, rep)
+            bound = LOWP_ERR_FACTOR * rep + 1e-12 * res["%s_scale" % what]
+            assert got <= bound, (name, world, rank, what, got, rep)
+        errors = (res["out_err"], res["rep_out_err"], res["grad_err"], res["rep_grad_err"])
         print("bf16 %-14s world %d rank %d: out err %.3g (replicated %.3g), grad err %.3g (replicated %.3g)"
-              % (family, world, rank, res["out_err"], res["rep_out_err"], res["grad_err"], res["rep_grad_err"]))  # fmt: skip
+              % (family, world, rank, *errors))  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -133,12 +135,12 @@ def _split_config():
     return frameshard.FrameShardingConfig(enabled=True, split_frames=True)
 
 
-def test_enable_patches_full_attention_blocks_only_and_disable_restores():
+def test_enable_patches_full_attention_blocks_only_and_disable_restores(solo_group):
     import split_models
     from frameshard import hf
 
     visual = split_models.build("qwen2_5_vl")  # fullatt_block_indexes [1, 3] of 4 blocks
-    group = object()  # enable only stores it
+    group = solo_group  # enable only stores it
     hf.enable(visual, group, _split_config())
     patched = [i for i, b in enumerate(visual.blocks) if "forward" in b.attn.__dict__]
     assert patched == [1, 3], patched
@@ -158,29 +160,38 @@ def frameshard_config_without_split():
     return frameshard.FrameShardingConfig(enabled=True)
 
 
-def test_enable_refuses_a_layout_it_was_not_checked_on(monkeypatch):
-    import split_models
+def test_enable_names_the_feature_a_release_lacks(monkeypatch, solo_group):
+    from transformers import vision_utils
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
 
     import frameshard
-    from frameshard import hf, hf_split
+    import split_models
+    from frameshard import hf
 
     visual = split_models.build("qwen3_vl")
-    monkeypatch.setattr(hf_split, "CHECKED_TRANSFORMERS", ("0.0.1",))
-    with pytest.raises(frameshard.FrameshardError, match=r"split_frames: expected transformers 0\.0\.1"):
-        hf.enable(visual, object(), _split_config())
+    # A release whose forward derives its positions itself instead of through vision_utils.
+    monkeypatch.setattr(modeling_qwen3_vl, "get_vision_position_ids", lambda *a, **k: None)
+    with pytest.raises(frameshard.FrameshardError, match="calling vision_utils.get_vision_position_ids"):
+        hf.enable(visual, solo_group, _split_config())
+    monkeypatch.undo()
+    # A helper without precomputed geometry (no kwargs parameter).
+    monkeypatch.setattr(vision_utils, "get_vision_interpolation_indices_and_weights", lambda grid: None)
+    with pytest.raises(
+        frameshard.FrameshardError, match=r"get_vision_interpolation_indices_and_weights\(\.\.\., kwargs=\)"
+    ):
+        hf.enable(visual, solo_group, _split_config())
     monkeypatch.undo()
     visual.config._attn_implementation = "flash_attention_2"
     with pytest.raises(frameshard.FrameshardError, match="split_frames: expected an eager or sdpa"):
-        hf.enable(visual, object(), _split_config())
+        hf.enable(visual, solo_group, _split_config())
     assert not any("forward" in b.attn.__dict__ for b in visual.blocks)
     # Without split_frames the same module is accepted as before.
-    hf.enable(visual, object(), frameshard_config_without_split())
+    hf.enable(visual, solo_group, frameshard_config_without_split())
     assert hf.disable(visual)
 
 
 def test_takes_pieces_needs_both_keyword_parameters():
-    from frameshard.shard import takes_pieces
-
+    from frameshard._shard import takes_pieces
     from split_worker import UserTower
 
     assert takes_pieces(lambda pv, grid, cu, *, pieces, exchange: pv)

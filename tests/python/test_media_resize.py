@@ -148,10 +148,11 @@ def test_grids_match_transformers(fam, tmp_path):
     manifest.write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = subprocess.run(
         [BIN, "analyze", str(manifest), "--family", fam, "--emit-grids"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.splitlines()
     got = [json.loads(x)["grid_thw"] for x in out]
     assert len(got) == len(expected)
     bad = [(lines[i], got[i], expected[i]) for i in range(len(got)) if got[i] != expected[i]]
     assert not bad, f"{len(bad)} of {len(got)} differ, first: {bad[:3]}"
-

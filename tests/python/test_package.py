@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 import hf_models  # noqa: E402
 from harness import RTOL_HF, RTOL_TORCH, assert_parity, run_world, scenario  # noqa: E402
 
-KEY = frameshard.config.FRAME_SHARDING_PATH
+KEY = frameshard._config.FRAME_SHARDING_PATH
 
 
 # ------------------------------------------------------------- single process
@@ -133,10 +133,11 @@ def test_plan_bad_grid_raises_frameshard_error():
         frameshard.plan([[1, 3, 4]], cp_size=2)
 
 
-def test_hf_enable_unsupported_model_names_expected_and_got():
+def test_hf_enable_unsupported_model_names_expected_and_got(solo_group):
     with pytest.raises(frameshard.FrameshardError) as err:
-        hf.enable(torch.nn.Linear(2, 2), group=object())
-    assert "expected a transformers Qwen2-VL" in str(err.value) and "got Linear" in str(err.value)
+        hf.enable(torch.nn.Linear(2, 2), group=solo_group)
+    assert "expected a transformers model of a supported family" in str(err.value)
+    assert "Qwen2VisionTransformerPretrainedModel" in str(err.value) and "got Linear" in str(err.value)
 
 
 def test_shard_vision_without_group_raises():
@@ -194,6 +195,13 @@ def test_gather_values_and_reduce_scatter_backward(world_results):
         assert res["rows"] == sum(r + 1 if r != 1 else 0 for r in range(world))
 
 
+def test_a_grid_mismatch_names_the_differing_row_on_every_rank(world_results):
+    world, per_rank = scenario(world_results, "grid_mismatch")
+    for rank, res in enumerate(per_rank):
+        assert res["raised"] == "FrameshardError", res
+        assert "ranks disagree on the plan: grid_thw row 2: rank 0 has (1, 6, 8), rank 1 has (1, 8, 6)" in res["message"]
+
+
 def test_cp_size_mismatch_raises_on_every_rank(world_results):
     world, per_rank = scenario(world_results, "mismatch")
     for res in per_rank:
@@ -223,7 +231,7 @@ def test_gil_released_while_collectives_wait(world_results):
 def test_hf_enable_parity(world_results, family):
     world, per_rank = scenario(world_results, "hf_" + family)
     assert_parity(world, "hf_" + family, per_rank, RTOL_HF)
-    for rank, res in enumerate(per_rank):
+    for _rank, res in enumerate(per_rank):
         assert res["enabled"] and res["restored"]
         precomputed, tuple_output = res["refused"]
         assert precomputed and "expected no precomputed vision tensors" in precomputed and "cu_seqlens" in precomputed

@@ -47,6 +47,8 @@ import torch
 
 import frameshard
 from frameshard import hf
+from frameshard._unwrap import unwrap_module
+from frameshard.hf import _family
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402
@@ -97,7 +99,7 @@ def test_find_vision_module_through_peft():
     held = peft.get_peft_model(model, config)
     assert hf.find_vision_module(held) is visual
     assert hf.find_vision_module(held.base_model) is visual  # the LoraModel tuner
-    assert hf.unwrap_module(held) is model
+    assert unwrap_module(held) is model
 
 
 def test_family_from_class_hierarchy():
@@ -107,18 +109,18 @@ def test_family_from_class_hierarchy():
     # derived class named FSDP<Class>).
     for name in ("MyTower", "FSDP" + cls.__name__):
         visual.__class__ = type(name, (cls,), {})
-        assert hf.family_of(visual) == "qwen3_vl", name
+        assert _family.of_vision(visual).name == "qwen3_vl", name
         assert hf.find_vision_module(model) is visual, name
     # A look-alike class name outside transformers does not.
-    assert hf.family_of(type(cls.__name__, (torch.nn.Module,), {})()) is None
+    assert _family.of_vision(type(cls.__name__, (torch.nn.Module,), {})()) is None
 
 
-def test_enable_disable_is_enabled_through_every_form():
+def test_enable_disable_is_enabled_through_every_form(solo_group):
     model, visual = _whole()
-    group = object()  # enable only stores it; the forward would use it
+    group = solo_group  # enable only stores it; the forward would use it
     assert hf.enable(torch.compile(model, backend="eager"), group) is visual
     assert hf.is_enabled(model) and hf.is_enabled(model.model) and hf.is_enabled(visual)
-    assert "forward" in vars(visual) and hf.family_of(visual) == "qwen3_vl"
+    assert "forward" in vars(visual) and _family.of_vision(visual).name == "qwen3_vl"
     assert hf.disable(model.model) and not hf.is_enabled(model)
     assert not hf.disable(visual)  # already disabled
     assert "forward" not in vars(visual)
@@ -150,15 +152,15 @@ def test_enable_disable_is_enabled_through_every_form():
         ),
     ],
 )
-def test_unsupported_raises_naming_what_was_found_and_what_to_pass(what, make, found):
-    calls = {"enable": lambda m: hf.enable(m, group=object()), "disable": hf.disable, "is_enabled": hf.is_enabled}
+def test_unsupported_raises_naming_what_was_found_and_what_to_pass(what, make, found, solo_group):
+    calls = {"enable": lambda m: hf.enable(m, group=solo_group), "disable": hf.disable, "is_enabled": hf.is_enabled}
     for fn, call in calls.items():
         with pytest.raises(frameshard.FrameshardError) as err:
             call(make())
         text = str(err.value)
         assert text.startswith("frameshard.hf.%s: expected" % fn), text
         assert found in text, (what, text)
-        assert "expected a transformers Qwen2-VL" in text and "Qwen3VLVisionModel" in text, text
+        assert "expected a transformers model of a supported family" in text and "Qwen3VLVisionModel" in text, text
         assert "pass the model or its vision module" in text, text
 
 
@@ -239,7 +241,7 @@ def test_feature_parity(world_results, feature, family):
             )
         return
     assert_parity(world, name, per_rank, RTOL_HF)
-    for rank, res in enumerate(per_rank):
+    for res in per_rank:
         assert res["dtypes"] == ["torch.float64"], (name, res["dtypes"])
         if feature in EVALUATION:
             assert res["requires_grad"] == [] and res["params"] == 0, (name, res)

@@ -502,13 +502,13 @@ def scenarios_at(world):
 SCENARIOS = {}
 for _family in hf_models.FAMILIES:
     for _feature in FEATURES:
-        SCENARIOS["%s:%s" % (_feature, _family)] = (
-            lambda r, w, g, _x=_feature, _f=_family: scenario_feature(_x, _f, r, w, g)
+        SCENARIOS["%s:%s" % (_feature, _family)] = lambda r, w, g, _x=_feature, _f=_family: scenario_feature(
+            _x, _f, r, w, g
         )
 for _family in WRAPPER_FAMILIES:
     for _wrapper in WRAPPERS:
-        SCENARIOS["%s:%s" % (_wrapper, _family)] = (
-            lambda r, w, g, _x=_wrapper, _f=_family: scenario_wrapper(_x, _f, r, w, g)
+        SCENARIOS["%s:%s" % (_wrapper, _family)] = lambda r, w, g, _x=_wrapper, _f=_family: scenario_wrapper(
+            _x, _f, r, w, g
         )
 
 

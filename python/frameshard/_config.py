@@ -16,7 +16,7 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any, Union
+from typing import Any
 
 from . import _C
 
@@ -85,7 +85,7 @@ class FrameShardingConfig:
     min_tokens: int = 2048
     min_frames: int = 32
     min_local_patch_rows: int = 96
-    cost_alpha: Union[str, float] = "auto"
+    cost_alpha: str | float = "auto"
     partitioner: str = "optimal"
     gather: str = "all"
     split_frames: bool = False
@@ -111,12 +111,12 @@ class FrameShardingConfig:
         return _C.to_yaml(self.overrides(), cp_size)
 
     @classmethod
-    def from_yaml(cls, yaml_text: str, source: str = "") -> "FrameShardingConfig":
+    def from_yaml(cls, yaml_text: str, source: str = "") -> FrameShardingConfig:
         """The frame-sharding part of a YAML text (the whole schema is validated)."""
         return parse_yaml(yaml_text, source)[1]
 
     @classmethod
-    def from_file(cls, path: Union[str, os.PathLike]) -> "FrameShardingConfig":
+    def from_file(cls, path: str | os.PathLike) -> FrameShardingConfig:
         """The frame-sharding part of a YAML file."""
         with open(path, encoding="utf-8") as f:
             return cls.from_yaml(f.read(), os.fspath(path))

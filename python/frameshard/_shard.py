@@ -11,23 +11,25 @@ whole frames; see `shard_vision` for the contract and `FramePiece`.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import inspect
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Union
 
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _groups
 from ._C import FrameshardError
-from .config import FrameShardingConfig
-from .plan import GridLike, Plan, grid_tensor, plan_from_dict
-from .towers import TowerDims, resolve_dims
+from ._config import FrameShardingConfig
+from ._groups import Mesh, Timeout, millis
+from ._plan import GridLike, Plan, grid_tensor, plan_from_dict
+from ._towers import TowerDims, resolve_dims
 
-TowerOutput = Union[torch.Tensor, Sequence[torch.Tensor]]
+_LOG = logging.getLogger("frameshard")
+
+TowerOutput = Union[torch.Tensor, Sequence[torch.Tensor]]  # noqa: UP007  (evaluated at import)
 Tower = Callable[..., TowerOutput]
-Timeout = Union[None, float, datetime.timedelta]
 Exchange = Callable[[torch.Tensor], list]
 
 
@@ -62,68 +64,10 @@ def takes_pieces(tower: object) -> bool:
     return all(name in params and params[name].kind in keyword for name in ("pieces", "exchange"))
 
 
-def resolve_group(group: Optional[dist.ProcessGroup], fn: str) -> dist.ProcessGroup:
-    """`group`, or the default torch.distributed group when None."""
-    if group is not None:
-        return group
-    if not dist.is_available() or not dist.is_initialized():
-        raise FrameshardError(
-            "frameshard.%s: expected a process group or an initialized torch.distributed "
-            "default group, got neither (call torch.distributed.init_process_group)" % fn
-        )
-    return dist.distributed_c10d._get_default_group()
-
-
-def _kind(group: object) -> str:
-    """How an error names a group: its type, not its repr (an address differs between ranks, and
-    the same error must read the same on every rank)."""
-    return "None" if group is None else "a " + type(group).__name__
-
-
-@dataclasses.dataclass(frozen=True)
-class Mesh:
-    """A data x context-parallel mesh for `shard_vision(..., mesh=...)` and `hf.enable(...,
-    mesh=...)` (frame_sharding.mesh_dims [dp, cp]): the vision work of every DP replica's batch is
-    balanced over all dp * cp ranks of `group`, and each rank gets its own replica's outputs back.
-
-    `group` spans the whole mesh, replica-major: rank = replica * cp + cp rank (torch's default
-    group when None). Each rank passes ITS OWN replica's pixel_values and grid_thw (the cp ranks
-    of a replica the same); a text-only replica passes [0, features] pixel_values and a [0, 3]
-    grid_thw, and must still call (every rank joins every collective). Gradients: all-reduce the
-    tower's gradients over this whole group (SUM, then divide by dp, as DDP / FSDP over dp x cp
-    do): a rank encodes other replicas' frames, so a reduction over CP or DP alone is wrong."""
-
-    group: Optional[dist.ProcessGroup]
-    dp: int
-    cp: int
-
-    def __post_init__(self) -> None:
-        for name in ("dp", "cp"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise FrameshardError("frameshard.Mesh: expected %s a positive integer, got %r" % (name, v))
-
-    def replica(self, rank: int) -> int:
-        """The DP replica of mesh rank `rank`."""
-        return rank // self.cp
-
-    def cp_rank(self, rank: int) -> int:
-        """The CP rank (0 .. cp-1) of mesh rank `rank` within its replica."""
-        return rank % self.cp
-
-
-def _millis(timeout: Timeout) -> int:
-    if timeout is None:
-        return 0
-    if isinstance(timeout, datetime.timedelta):
-        timeout = timeout.total_seconds()
-    return max(1, int(round(float(timeout) * 1000)))
-
-
 def all_gather_rows(
     tensor: torch.Tensor,
-    counts: Optional[Sequence[int]] = None,
-    group: Optional[dist.ProcessGroup] = None,
+    counts: Sequence[int] | None = None,
+    group: dist.ProcessGroup | None = None,
     *,
     timeout: Timeout = None,
 ) -> torch.Tensor:
@@ -134,8 +78,8 @@ def all_gather_rows(
     reduce-scatter-v), so with the usual gradient all-reduce the result equals the replicated path.
     `counts=None` exchanges the counts first. Collective; any dtype; a rank may send 0 rows.
     """
-    pg = resolve_group(group, "all_gather_rows")
-    return _C.all_gather_rows(tensor, [int(c) for c in (counts or [])], pg, _millis(timeout))
+    pg, _ = _groups.resolve(group, "all_gather_rows")
+    return _C.all_gather_rows(tensor, [int(c) for c in (counts or [])], pg, millis(timeout))
 
 
 def _trainable(tower: object) -> bool:
@@ -148,19 +92,19 @@ def shard_vision(
     tower: Tower,
     pixel_values: torch.Tensor,
     grid_thw: GridLike,
-    group: Optional[dist.ProcessGroup] = None,
-    config: Optional[FrameShardingConfig] = None,
+    group: Any = None,
+    config: FrameShardingConfig | None = None,
     *,
-    cp_size: Optional[int] = None,
+    cp_size: int | None = None,
     spatial_merge_size: int = 2,
     temporal_patch_size: int = 2,
-    tower_trainable: Optional[bool] = None,
+    tower_trainable: bool | None = None,
     timeout: Timeout = None,
     return_plan: bool = False,
-    token_owner: Optional[Sequence[int]] = None,
-    tower_dims: Optional[TowerDims] = None,
-    mesh: Optional[Mesh] = None,
-) -> Union[Optional[TowerOutput], tuple[Optional[TowerOutput], Plan]]:
+    token_owner: Sequence[int] | None = None,
+    tower_dims: TowerDims | None = None,
+    mesh: Mesh | None = None,
+) -> TowerOutput | None | tuple[TowerOutput | None, Plan]:
     """Runs `tower` on this rank's frames only and returns the gathered outputs, in order.
 
     Args:
@@ -192,7 +136,9 @@ def shard_vision(
         pixel_values: the packed patch rows of every media item [sum(t*h*w), features], the same
             on every rank.
         grid_thw: [n, 3] (t, h, w) rows in patches, the same on every rank.
-        group: the CP process group (Gloo or NCCL); None: the default torch.distributed group.
+        group: the CP process group (Gloo or NCCL), a torch DeviceMesh (its "cp" dimension, or
+            with mesh_dims ["dp", "cp"] its "dp" and "cp" dimensions), a frameshard.Mesh, or
+            None: the default torch.distributed group.
         config: FrameShardingConfig; None means FrameShardingConfig(enabled=True). When the
             policy says replicated, the tower runs on everything (still collective: the ranks
             check that they agree).
@@ -230,30 +176,53 @@ def shard_vision(
     if mesh is not None and (group is not None or cp_size is not None):
         raise FrameshardError(
             "frameshard.shard_vision: expected group and cp_size unset with a mesh (the Mesh "
-            "names its group, dp and cp), got group=%s cp_size=%r" % (_kind(group), cp_size)
+            "names its group, dp and cp), got group=%s cp_size=%r" % (_groups.kind(group), cp_size)
         )
-    if mesh is None and list(config.mesh_dims) == ["dp", "cp"]:
-        raise FrameshardError(
-            "frameshard.shard_vision: expected mesh=frameshard.Mesh(group, dp, cp) with "
-            "mesh_dims [dp, cp], got no mesh"
-        )
-    pg = resolve_group(mesh.group if mesh is not None else group, "shard_vision")
+    pg, mesh = _groups.resolve(
+        mesh if mesh is not None else group, "shard_vision", mesh_dims=config.mesh_dims, cp_size=cp_size
+    )
+    options = _C.ShardCall()
+    options.overrides = config.overrides()
+    options.cp_size = int(mesh.cp if mesh is not None else (cp_size if cp_size is not None else pg.size()))
+    options.dp = int(mesh.dp if mesh is not None else 1)
+    options.spatial_merge_size = int(spatial_merge_size)
+    options.temporal_patch_size = int(temporal_patch_size)
+    options.tower_trainable = bool(_trainable(tower) if tower_trainable is None else tower_trainable)
+    options.timeout_ms = millis(timeout)
+    options.token_owner = [int(o) for o in token_owner] if token_owner is not None else []
+    dims = tower_dims if tower_dims is not None else resolve_dims(tower)
+    options.tower_dims = dims.as_dict() if dims is not None else None
+    options.takes_pieces = takes_pieces(tower)
     if (config.gather == "owner") != (token_owner is not None):
         raise FrameshardError(
             "frameshard.shard_vision: expected token_owner exactly when config.gather is "
             "'owner', got gather=%r and token_owner %s"
             % (config.gather, "given" if token_owner is not None else "None")
         )
-    dims = tower_dims if tower_dims is not None else resolve_dims(tower)
+    result, plan = _run(tower, pixel_values, grid_tensor(grid_thw), pg, options, mesh is not None)
+    # A caller of its own (frameshard.hf) names itself in `frameshard_log`: (key, what).
+    key, what = getattr(tower, "frameshard_log", None) or (
+        getattr(tower, "__code__", None) or id(tower),
+        "shard_vision",
+    )
+    log_path(key, plan, what, config)
+    return (result, plan) if return_plan else result
+
+
+def _run(
+    tower: Tower, pixel_values: torch.Tensor, grid: torch.Tensor, pg: dist.ProcessGroup, options: Any, on_mesh: bool
+) -> tuple[TowerOutput | None, Plan]:
+    """The extension's encode (or encode_mesh) with `tower` called back as the C++ core calls a
+    tower: (outputs in the tower's own form, the plan)."""
     returned_sequence = [False]
-    with_pieces = takes_pieces(tower)
+    with_pieces = options.takes_pieces
 
     def call(
         pv: torch.Tensor,
         grid: torch.Tensor,
         cu: torch.Tensor,
         pieces: Sequence[tuple] = (),
-        exchange: Optional[Exchange] = None,
+        exchange: Exchange | None = None,
     ) -> list[torch.Tensor]:
         if with_pieces:
             out = tower(pv, grid, cu, pieces=tuple(FramePiece(*p) for p in pieces), exchange=exchange)
@@ -264,35 +233,37 @@ def shard_vision(
         returned_sequence[0] = True
         return list(out)
 
-    common = (
-        int(spatial_merge_size),
-        int(temporal_patch_size),
-        bool(_trainable(tower) if tower_trainable is None else tower_trainable),
-        _millis(timeout),
-        [int(o) for o in token_owner] if token_owner is not None else [],
-        dims.as_dict() if dims is not None else None,
-        with_pieces,
-    )
-    if mesh is not None:
-        outputs, plan_d = _C.encode_mesh(
-            call, pixel_values, grid_tensor(grid_thw), pg, config.overrides(), mesh.dp, mesh.cp, *common
-        )[:2]
-    else:
-        outputs, plan_d = _C.encode(
-            call,
-            pixel_values,
-            grid_tensor(grid_thw),
-            pg,
-            config.overrides(),
-            int(cp_size if cp_size is not None else pg.size()),
-            *common,
-        )[:2]
-    result: Optional[TowerOutput] = None  # a text-only replica on the mesh's replicated path
+    encode = _C.encode_mesh if on_mesh else _C.encode
+    outputs, plan_d = encode(call, pixel_values, grid, pg, options)[:2]
+    result: TowerOutput | None = None  # a text-only replica on the mesh's replicated path
     if outputs:
         result = tuple(outputs) if returned_sequence[0] else outputs[0]
-    if return_plan:
-        return result, plan_from_dict(plan_d)
-    return result
+    return result, plan_from_dict(plan_d)
+
+
+# The path (sharded or replicated, split or not) each caller took last: logged on a change only.
+_LAST_PATH: dict[Any, tuple[str, bool]] = {}
+
+
+def log_path(key: Any, plan: Plan, what: str, config: FrameShardingConfig) -> None:
+    """Logs (logger "frameshard", INFO) which path a sharded call took and why -- once per change
+    of path for `key` (a caller: a tower's code, a vision module), not once per step."""
+    path = (plan.path, plan.split)
+    if _LAST_PATH.get(key) == path:
+        return
+    _LAST_PATH[key] = path
+    if plan.sharded:
+        split = "whole frames"
+        if plan.split:
+            split = "frames cut across ranks (bottleneck %.4g, whole frames %.4g)" % (
+                max(plan.rank_costs),
+                plan.unsplit_max_cost,
+            )
+        elif config.split_frames:
+            split = "whole frames (no cut lowers the bottleneck by split_min_gain %g)" % config.split_min_gain
+        _LOG.info("%s: sharded over %d ranks, %s, %s: %s", what, plan.world, plan.partitioner, split, plan.reason)
+    else:
+        _LOG.info("%s: replicated on each of %d ranks: %s", what, plan.world, plan.reason)
 
 
 def visual_token_owners(

@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -45,7 +46,7 @@ class Calibration:
     rms_relative_error: float
     samples: list[tuple[int, int, float]]
     text: str
-    path: Optional[str]
+    path: str | None
 
     @property
     def cost_alpha(self) -> str:
@@ -75,13 +76,23 @@ def sweep(sizes: Sequence[int]) -> list[tuple[int, int]]:
     return calls
 
 
-def _module_geometry(module: torch.nn.Module) -> tuple[int, int, Any]:
-    from .hf import find_vision_module  # noqa: PLC0415
+# Readers of a module the caller passes as its tower: module -> (features, spatial merge size,
+# run(pv, grid, cu) -> list of output tensors, the module that owns the parameters), or None when
+# the module is not theirs. frameshard.hf registers one for transformers vision modules.
+_MODULE_TOWERS: list[Callable[[Any], tuple[int, int, Callable[..., list], Any] | None]] = []
 
-    visual = find_vision_module(module)
-    c = visual.config
-    features = int(c.in_channels) * int(c.temporal_patch_size) * int(c.patch_size) ** 2
-    return features, int(c.spatial_merge_size), visual
+
+def register_module_tower(reader: Callable[[Any], tuple[int, int, Callable[..., list], Any] | None]) -> None:
+    """Lets `calibrate` time modules that `reader` knows without features / spatial_merge_size."""
+    _MODULE_TOWERS.append(reader)
+
+
+def _module_tower(module: Any) -> tuple[int, int, Callable[..., list], Any] | None:
+    for reader in _MODULE_TOWERS:
+        found = reader(module)
+        if found is not None:
+            return found
+    return None
 
 
 def check_clock(clock: str, fn: str) -> None:
@@ -104,16 +115,16 @@ def synchronize(device: torch.device) -> None:
 
 def calibrate(
     tower: Any,
-    out: Optional[str] = None,
+    out: str | None = None,
     *,
     sizes: Sequence[int] = DEFAULT_SIZES,
     repeats: int = 3,
     backward: bool = True,
     clock: str = "auto",
-    features: Optional[int] = None,
-    spatial_merge_size: Optional[int] = None,
-    device: Optional[torch.device] = None,
-    dtype: Optional[torch.dtype] = None,
+    features: int | None = None,
+    spatial_merge_size: int | None = None,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
 ) -> Calibration:
     """Times `tower` over a sweep of frame sizes and fits the cost model (module docstring).
 
@@ -131,17 +142,9 @@ def calibrate(
         device, dtype: of the random pixel rows (default: the module's first parameter's).
     """
     check_clock(clock, "calibrate")
-    if isinstance(tower, torch.nn.Module) and features is None:
-        features, merge, visual = _module_geometry(tower)
-        from .hf import family_of, tower_grid  # noqa: PLC0415
-
-        family = family_of(visual)
-
-        def run(pv: torch.Tensor, grid: torch.Tensor, _cu: torch.Tensor) -> list[torch.Tensor]:
-            o = visual(pv, grid_thw=tower_grid(family, grid))  # GLM-4V: one row per frame
-            outs = [o.pooler_output] + list(getattr(o, "deepstack_features", None) or [])
-            return [torch.cat(list(x)) if isinstance(x, (list, tuple)) else x for x in outs]
-
+    found = _module_tower(tower) if isinstance(tower, torch.nn.Module) and features is None else None
+    if found is not None:
+        features, merge, run, visual = found
         param = next(visual.parameters(), None)
     else:
         if features is None or spatial_merge_size is None:
@@ -158,7 +161,9 @@ def calibrate(
         param = next(tower.parameters(), None) if isinstance(tower, torch.nn.Module) else None
     if spatial_merge_size is not None:
         merge = int(spatial_merge_size)
-    device = torch.device(device) if device is not None else (param.device if param is not None else torch.device("cpu"))
+    device = (
+        torch.device(device) if device is not None else (param.device if param is not None else torch.device("cpu"))
+    )
     dtype = dtype if dtype is not None else (param.dtype if param is not None else torch.float32)
     use, timer = clock_timer(clock, device)
 
@@ -197,7 +202,7 @@ def calibrate(
         ),
         "a call on k frames of p patch rows takes per_call + k * cost(p), cost(p) = a*p^2 + b*p + c seconds",
     ]
-    for (rows, frames, seconds), err in zip(samples, fit["relative_errors"]):
+    for (rows, frames, seconds), err in zip(samples, fit["relative_errors"], strict=False):
         lines.append("  p %5d x %2d  measured %9.3f ms  fit %+6.1f%%" % (rows, frames, seconds * 1e3, err * 100))
     lines.append(
         "fit error: max %.1f%%, rms %.1f%%; per call %.3f ms"

@@ -18,15 +18,17 @@ the same figure (the largest rank's), so every rank plans with it.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from . import _C
 from ._C import FrameshardError
-from .calibrate import check_clock, clock_timer, synchronize
-from .config import FrameShardingConfig
-from .shard import Timeout, resolve_group, shard_vision
+from ._calibrate import check_clock, clock_timer, synchronize
+from ._config import FrameShardingConfig
+from ._groups import Timeout, millis, resolve
+from ._shard import shard_vision
 
 _MERGE = 2
 _FEATURES = 16
@@ -62,20 +64,25 @@ def _probe_config() -> FrameShardingConfig:
     )
 
 
+_CLOCKS = ("auto", "cpu", "wall", "cuda")
+
+
 def calibrate_exchange(
-    group: Optional[dist.ProcessGroup] = None,
+    group: Any = None,
     *,
     layers: int = 8,
     repeats: int = 5,
     width: int = 64,
     clock: str = "auto",
-    device: Optional[torch.device] = None,
+    device: torch.device | None = None,
     timeout: Timeout = None,
 ) -> float:
     """Microseconds of one split-frame key/value exchange, forward + backward, on `group`.
 
-    Collective over `group` (None: the default group); every rank returns the same value, the
-    largest rank's. A group of one rank has no exchange: 0.0.
+    Collective over `group` (a ProcessGroup, a DeviceMesh -- its "cp" dimension or its only one --
+    or None: the default group); every rank returns the same value, the largest rank's. The ranks
+    first agree on the arguments: a rank passing others makes every rank raise the same
+    FrameshardError at once. A group of one rank has no exchange: 0.0.
 
     Args:
         layers: exchanges per probe call (the second call runs twice as many).
@@ -90,13 +97,21 @@ def calibrate_exchange(
     check_clock(clock, "calibrate_exchange")
     if int(layers) < 1 or int(repeats) < 1:
         raise FrameshardError(
-            "frameshard.calibrate_exchange: expected layers >= 1 and repeats >= 1, got %r and %r"
-            % (layers, repeats)
+            "frameshard.calibrate_exchange: expected layers >= 1 and repeats >= 1, got %r and %r" % (layers, repeats)
         )
-    pg = resolve_group(group, "calibrate_exchange")
+    pg, _ = resolve(group, "calibrate_exchange")
     world = pg.size()
     if world < 2:
         return 0.0
+    # One small exchange of the arguments, so that a rank called differently raises at once on
+    # every rank instead of waiting out the group's timeout in a mismatched collective.
+    _C.agree(
+        "calibrate_exchange",
+        ["layers", "repeats", "width", "clock"],
+        [int(layers), int(repeats), int(width), _CLOCKS.index(clock)],
+        pg,
+        millis(timeout),
+    )
     if device is None:
         nccl = dist.get_backend(pg) == "nccl"
         device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")

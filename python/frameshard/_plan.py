@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 import torch
 
 from . import _C
-from .config import FrameShardingConfig
-from .towers import resolve_dims
+from ._config import FrameShardingConfig
+from ._towers import resolve_dims
 
-GridLike = Union[torch.Tensor, Sequence[Sequence[int]]]
+GridLike = Union[torch.Tensor, Sequence[Sequence[int]]]  # noqa: UP007  (evaluated at import)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +117,7 @@ def grid_tensor(grid_thw: GridLike) -> torch.Tensor:
 def plan(
     grid_thw: GridLike,
     cp_size: int,
-    config: Optional[FrameShardingConfig] = None,
+    config: FrameShardingConfig | None = None,
     *,
     spatial_merge_size: int = 2,
     temporal_patch_size: int = 2,

@@ -1,9 +1,7 @@
-"""The reports of `python -m frameshard train|ab` (frameshard.hf_ab): one arm's JSON object
+"""The reports of `python -m frameshard train|ab` (frameshard.cli._ab): one arm's JSON object
 from its ranks' series, the ratios sharded / replicated and the summary table. Pure."""
 
 from __future__ import annotations
-
-from typing import Optional
 
 
 def _mean(values: list) -> float:
@@ -40,7 +38,7 @@ def summarize(ranks: list[dict], sharded: bool) -> dict:
     }
 
 
-def _ratio(a: float, b: float) -> Optional[float]:
+def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
@@ -53,7 +51,7 @@ def compare(rep: dict, sh: dict) -> dict:
         "step_time_ratio": _ratio(sh["mean_step_seconds"], rep["mean_step_seconds"]),
         "peak_bytes_ratio": _ratio(sh["max_peak_bytes"], rep["max_peak_bytes"]),
         "vision_peak_bytes_ratio": _ratio(sh["max_vision_peak_bytes"], rep["max_vision_peak_bytes"]),
-        "loss_max_abs_diff": max(abs(a - b) for a, b in zip(rep["losses"], sh["losses"])),
+        "loss_max_abs_diff": max(abs(a - b) for a, b in zip(rep["losses"], sh["losses"], strict=False)),
         # received by the sharded arm's largest rank / every visual row's bytes: 1 for the
         # all-gather (the route here); owner routing would deliver about 1/CP.
         "visual_bytes_ratio": _ratio(got, all_rows),
@@ -64,7 +62,7 @@ def _mib(b: float) -> str:
     return "%.1f MiB" % (b / 2**20)
 
 
-def table(arms: dict, ratios: Optional[dict]) -> str:
+def table(arms: dict, ratios: dict | None) -> str:
     """The summary table: one column per arm (and the ratio)."""
     rows = [
         ("vision time (mean)", lambda a: "%.4f s" % a["mean_vision_seconds"], "vision_time_ratio"),

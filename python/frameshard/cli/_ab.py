@@ -7,7 +7,8 @@
 
 A tiny random model of `--family` (no download; sizes from the recipe's `model.` keys, as the
 C++ commands' small VLM) or a checkpoint (`--model-dir`, model.model_dir: its family, sizes,
-weights and token ids; the batches use its placeholder ids and draw text ids below its special ones), CP over `--cp N` local Gloo rank processes (spawned here; `--cp 1`:
+weights and token ids; the batches use its placeholder ids and draw text ids below its special
+ones), CP over `--cp N` local Gloo rank processes (spawned here; `--cp 1`:
 one process, the plain unsharded model): the language model under frameshard.hf.context_parallel
 (load-balanced split), the vision tower replicated on every rank (frame sharding off) or sharded
 by frameshard.hf.enable (on). `train` runs the recipe's arm, `ab` both with the same seed,
@@ -32,14 +33,19 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-from ._C import FrameshardError
-from .hf_ab_report import compare, summarize, table
+from .. import _C, hf
+from .._C import FrameshardError
+from .._config import FrameShardingConfig
+from .._plan import workload
+from ..hf import _family
+from ._report import compare, summarize, table
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
+# The families `train` builds models of: those whose descriptor names model classes.
+FAMILIES = tuple(f.name for f in _family.families() if f.model_classes and f.tiny_model is not None)
 FS = "distributed.multimodal.vision.frame_sharding"
 # The recipe keys the Python commands read (the C++ recipe's names; others are refused).
 DEFAULT_RECIPE: dict[str, Any] = {
@@ -71,13 +77,6 @@ DEFAULT_RECIPE: dict[str, Any] = {
     "train.seed": 0,
     "train.timeout_ms": 120000,
 }
-# family -> (config class, model class) in transformers.
-MODEL_CLASSES = {
-    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration"),
-    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
-    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
-    "qwen3_5": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration"),
-}
 TOKENS = dict(vision_start_token_id=2, vision_end_token_id=5, image_token_id=3, video_token_id=4)
 PATCH, TEMPORAL, MERGE = 14, 2, 2
 
@@ -103,7 +102,7 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-def resolve_recipe(config: Optional[str], overrides: list[tuple[str, str]], **flags: Any) -> tuple[dict, list]:
+def resolve_recipe(config: str | None, overrides: list[tuple[str, str]], **flags: Any) -> tuple[dict, list]:
     """(recipe, ignored keys): the default recipe, then `config` (a YAML recipe, read with
     PyYAML), then the dotted overrides, then the explicit flags (--cp, --steps, --family) where
     given. Keys of the C++ recipe that the Python commands do not use (model.tower, ...) are
@@ -142,8 +141,6 @@ def resolve_recipe(config: Optional[str], overrides: list[tuple[str, str]], **fl
 
 
 def frame_sharding(recipe: dict, enabled: bool) -> Any:
-    from .config import FrameShardingConfig  # noqa: PLC0415
-
     fields = {k[len(FS) + 1 :]: v for k, v in recipe.items() if k.startswith(FS + ".")}
     fields["enabled"] = enabled
     return FrameShardingConfig(**fields)
@@ -181,33 +178,10 @@ def tiny_model(recipe: dict) -> torch.nn.Module:
         temporal_patch_size=TEMPORAL,
         spatial_merge_size=MERGE,
     )
-    width = int(recipe["model.vision_hidden"])
-    if family == "qwen2_vl":
-        vision.update(embed_dim=width, hidden_size=hidden, mlp_ratio=2)
-        names = MODEL_CLASSES["qwen2_vl"]
-    else:
-        vision.update(hidden_size=width, intermediate_size=2 * width, out_hidden_size=hidden)
-        if family == "qwen2_5_vl":
-            vision.update(window_size=4 * PATCH * MERGE, fullatt_block_indexes=[vision["depth"] - 1])
-            names = MODEL_CLASSES["qwen2_5_vl"]
-        elif family == "qwen3_vl":
-            vision.update(num_position_embeddings=64, deepstack_visual_indexes=[0])
-            names = MODEL_CLASSES["qwen3_vl"]
-        else:
-            vision.update(num_position_embeddings=64)
-            layers = int(recipe["model.text_layers"])
-            text.update(
-                # linear, full, linear, full, ...: the last layer full attention
-                layer_types=[
-                    "linear_attention" if i % 2 == 0 and i + 1 < layers else "full_attention" for i in range(layers)
-                ],
-                linear_num_key_heads=2,
-                linear_num_value_heads=2,
-                linear_key_head_dim=hidden // 4,
-                linear_value_head_dim=hidden // 4,
-            )
-            text["rope_parameters"]["partial_rotary_factor"] = 1.0
-            names = MODEL_CLASSES["qwen3_5"]
+    vision["width"] = int(recipe["model.vision_hidden"])
+    described = _family.get(family)
+    described.tiny_model(vision, text, recipe)  # the family's own sizes and layer layout
+    names = described.model_classes
     config = getattr(transformers, names[0])(text_config=text, vision_config=vision, **TOKENS)
     torch.manual_seed(int(recipe["train.seed"]))
     return getattr(transformers, names[1])._from_config(config, attn_implementation="sdpa")
@@ -217,10 +191,12 @@ def checkpoint_family(model_dir: str) -> str:
     """The family (model_type of config.json) of a Hugging Face checkpoint directory."""
     path = os.path.join(model_dir, "config.json")
     if not os.path.isfile(path):
-        raise FrameshardError("frameshard train: model.model_dir: expected a checkpoint with config.json, got %r" % model_dir)
+        raise FrameshardError(
+            "frameshard train: model.model_dir: expected a checkpoint with config.json, got %r" % model_dir
+        )
     with open(path, encoding="utf-8") as f:
         family = str(json.load(f).get("model_type", ""))
-    if family not in MODEL_CLASSES:
+    if family not in FAMILIES:
         raise FrameshardError(
             "frameshard train: model.model_dir: expected a checkpoint of model_type %s, got %r in %s"
             % (", ".join(FAMILIES), family, path)
@@ -233,7 +209,7 @@ def checkpoint_model(model_dir: str) -> torch.nn.Module:
     weights, float32, SDPA attention."""
     import transformers  # noqa: PLC0415
 
-    cls = getattr(transformers, MODEL_CLASSES[checkpoint_family(model_dir)][1])
+    cls = getattr(transformers, _family.get(checkpoint_family(model_dir)).model_classes[1])
     return cls.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
 
 
@@ -252,7 +228,7 @@ class Geometry:
     channels: int
 
     @staticmethod
-    def of(config: Any) -> "Geometry":
+    def of(config: Any) -> Geometry:
         ids = {k: int(getattr(config, k)) for k in ("image_token_id", "vision_start_token_id", "vision_end_token_id")}
         special = [v for v in list(ids.values()) + [int(getattr(config, "video_token_id", 0) or 0)] if v >= 10]
         vision = config.vision_config
@@ -269,8 +245,6 @@ class Geometry:
 def make_batch(recipe: dict, step: int, geo: Geometry) -> dict:
     """Step `step`'s batch (the same on every rank): each medium of the preset after
     data.text_tokens text tokens, a video's frames as consecutive images."""
-    from .plan import workload  # noqa: PLC0415
-
     media = workload(str(recipe["data.preset"]), int(recipe["data.seed"]) + step, int(recipe["data.scale"]))
     gen = torch.Generator().manual_seed(1000 + step)
     low, high = geo.text_ids
@@ -372,8 +346,6 @@ def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharde
     """One rank of one arm (a spawned process): trains train.steps steps, writes out/rank<R>.json."""
     import torch.distributed as dist  # noqa: PLC0415
 
-    from . import hf  # noqa: PLC0415
-
     torch.set_num_threads(1)
     timeout = float(recipe["train.timeout_ms"]) / 1000.0
     device = torch.device("cpu")
@@ -384,8 +356,13 @@ def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharde
         import datetime  # noqa: PLC0415
 
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.FileStore(store, world), rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout))
+        dist.init_process_group(
+            backend,
+            store=dist.FileStore(store, world),
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
         group = dist.group.WORLD
     if recipe["model.model_dir"]:
         model = checkpoint_model(str(recipe["model.model_dir"])).to(device)
@@ -424,11 +401,19 @@ def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharde
         series["losses"].append(float(total))
         series["visual_rows"].append(int((batch["input_ids"] == geo.image_token_id).sum()))
         if progress and rank == 0:
-            print("  %-10s step %3d/%d  loss %.6f  step %.3f s  vision %.3f s"
-                  % ("sharded" if sharded else "replicated", step + 1, int(recipe["train.steps"]), float(total),
-                     series["step_seconds"][-1], series["vision_seconds"][-1]), flush=True)
-    series.update(peak_bytes=memory.peak(), vision_peak_bytes=timer.rise,
-                  visual_row_bytes=_row_bytes(model))
+            print(
+                "  %-10s step %3d/%d  loss %.6f  step %.3f s  vision %.3f s"
+                % (
+                    "sharded" if sharded else "replicated",
+                    step + 1,
+                    int(recipe["train.steps"]),
+                    float(total),
+                    series["step_seconds"][-1],
+                    series["vision_seconds"][-1],
+                ),
+                flush=True,
+            )
+    series.update(peak_bytes=memory.peak(), vision_peak_bytes=timer.rise, visual_row_bytes=_row_bytes(model))
     with open(os.path.join(out, "rank%d.json" % rank), "w") as f:
         json.dump(series, f)
     if world > 1:
@@ -471,10 +456,11 @@ def run_arm(recipe: dict, sharded: bool, progress: bool = True) -> list[dict]:
 
 def write_plot(path: str, arms: dict, recipe: dict) -> None:
     """The C++ ab's SVG (frameshard._C.ab_plot_svg): both arms' per-step losses and step times."""
-    from . import _C  # noqa: PLC0415
-
     title = "python -m frameshard ab: %s, CP %d, preset %s" % (
-        recipe["model.family"], recipe["distributed.cp_size"], recipe["data.preset"])
+        recipe["model.family"],
+        recipe["distributed.cp_size"],
+        recipe["data.preset"],
+    )
     series = [(name, arm["losses"], arm["step_seconds"]) for name, arm in arms.items()]
     try:
         with open(path, "w", encoding="utf-8") as f:
@@ -488,8 +474,12 @@ def main(args: Any, overrides: list[tuple[str, str]]) -> int:
     recipe, ignored = resolve_recipe(
         args.config,
         overrides,
-        **{"distributed.cp_size": args.cp, "train.steps": args.steps, "model.family": args.family,
-           "model.model_dir": args.model_dir},
+        **{
+            "distributed.cp_size": args.cp,
+            "train.steps": args.steps,
+            "model.family": args.family,
+            "model.model_dir": args.model_dir,
+        },
     )
     if recipe["model.model_dir"]:
         # The checkpoint's family and sizes; the recipe's model sizes are unused.
@@ -499,17 +489,28 @@ def main(args: Any, overrides: list[tuple[str, str]]) -> int:
         return 0
     progress = not args.json
     say = (lambda *a: print(*a, flush=True)) if progress else (lambda *a: None)
-    say("frameshard %s: %s, CP %d, %d steps, preset %s (scale %d), %s"
-        % (args.command, recipe["model.family"], recipe["distributed.cp_size"], recipe["train.steps"],
-           recipe["data.preset"], recipe["data.scale"],
-           "checkpoint %s" % recipe["model.model_dir"] if recipe["model.model_dir"] else "tiny random model"))
+    say(
+        "frameshard %s: %s, CP %d, %d steps, preset %s (scale %d), %s"
+        % (
+            args.command,
+            recipe["model.family"],
+            recipe["distributed.cp_size"],
+            recipe["train.steps"],
+            recipe["data.preset"],
+            recipe["data.scale"],
+            "checkpoint %s" % recipe["model.model_dir"] if recipe["model.model_dir"] else "tiny random model",
+        )
+    )
     if ignored:
         say("ignored recipe keys (not used by the Python commands): %s" % ", ".join(sorted(ignored)))
     wanted = [False, True] if args.command == "ab" else [bool(recipe[FS + ".enabled"])]
     arms = {}
     for sharded in wanted:
-        name = "unsharded" if int(recipe["distributed.cp_size"]) == 1 and args.command == "train" else (
-            "sharded" if sharded else "replicated")
+        name = (
+            "unsharded"
+            if int(recipe["distributed.cp_size"]) == 1 and args.command == "train"
+            else ("sharded" if sharded else "replicated")
+        )
         say("arm %s:" % name)
         arms[name] = summarize(run_arm(recipe, sharded, progress), sharded)
     ratios = compare(arms["replicated"], arms["sharded"]) if len(arms) == 2 else None

@@ -43,47 +43,37 @@ sliding-window attention, output_attentions.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from ._C import FrameshardError
-from .shard import Timeout, all_gather_rows, resolve_group
+from .. import _C
+from .._C import FrameshardError
+from .._groups import Timeout, resolve
+from .._shard import all_gather_rows
+from .._unwrap import describe, unwrap_module
+from . import _compat, _family, _patches
 
 IMPLEMENTATION = "frameshard_cp"
 SPLITS = ("load_balanced", "contiguous")
-# Language model class -> family (checked through the MRO, as hf.family_of does).
-TEXT_MODELS = {
-    "Qwen2VLTextModel": "qwen2_vl",
-    "Qwen2_5_VLTextModel": "qwen2_5_vl",
-    "Qwen3VLTextModel": "qwen3_vl",
-    "Qwen3VLMoeTextModel": "qwen3_vl_moe",
-    "Qwen3_5TextModel": "qwen3_5",
-    "Qwen3_5MoeTextModel": "qwen3_5_moe",
-}
-_STATE = "_frameshard_cp"
+OWNER = "cp"  # the patch registry's owner of the language model's patches
 _KWARG = "frameshard_cp"  # the per-forward context, passed down to the attention calls
 
 
 def chunk_positions(seq_len: int, cp_size: int, rank: int, split: str) -> torch.Tensor:
     """The global positions (int64, ascending) of `rank`'s rows of a sequence padded to
     `padded_length(seq_len, cp_size, split)`: chunks rank and 2CP-1-rank of 2CP
-    (load_balanced), or chunk rank of CP (contiguous)."""
-    total = padded_length(seq_len, cp_size, split)
-    if split == "contiguous":
-        size = total // cp_size
-        return torch.arange(rank * size, (rank + 1) * size)
-    size = total // (2 * cp_size)
-    first = torch.arange(rank * size, (rank + 1) * size)
-    return torch.cat([first, first + (2 * cp_size - 1 - 2 * rank) * size])
+    (load_balanced), or chunk rank of CP (contiguous). The C++ core's split
+    (frameshard/owner_route.h), the one the owner routing and the C++ trainer use."""
+    return torch.tensor(_C.chunk_positions(int(seq_len), int(cp_size), int(rank), split), dtype=torch.int64)
 
 
 def padded_length(seq_len: int, cp_size: int, split: str) -> int:
     """`seq_len` rounded up to a multiple of 2 x cp_size (load_balanced) or cp_size."""
-    unit = cp_size if split == "contiguous" else 2 * cp_size
-    return -(-int(seq_len) // unit) * unit
+    return int(_C.padded_length(int(seq_len), int(cp_size), split))
 
 
 @dataclasses.dataclass
@@ -110,7 +100,7 @@ class _Forward:
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """The "frameshard_cp" attention implementation: query [B, H, local, D], key and value
     [B, Hkv, local, D] -> ([B, local, H, D], None). Collective (one all-gather of K and V)."""
-    fwd: Optional[_Forward] = kwargs.get(_KWARG)
+    fwd: _Forward | None = kwargs.get(_KWARG)
     if fwd is None:
         raise FrameshardError(
             "frameshard.hf.context_parallel: expected the attention to run inside the language "
@@ -143,9 +133,8 @@ class _State:
     group: dist.ProcessGroup
     split: str
     timeout: Timeout
-    previous: Optional[str]  # the text config's attention implementation before
     linear: list  # the patched linear-attention modules (Qwen3.5)
-    last: Optional[_Forward] = None  # the latest forward's layout (its attention calls)
+    last: _Forward | None = None  # the latest forward's layout (its attention calls)
 
     def layout(self, seq_len: int, device: torch.device, agree: torch.Tensor) -> _Forward:
         """This forward's layout, after checking that every rank passes the same shapes (one
@@ -210,19 +199,21 @@ def _deepstack(fwd: _Forward, pad: int, visual_pos_masks: torch.Tensor, embeds: 
 
 def _lm_forward(
     lm: torch.nn.Module,
-    input_ids: Optional[torch.Tensor] = None,
-    attention_mask: Optional[torch.Tensor] = None,
-    position_ids: Optional[torch.Tensor] = None,
+    input_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
     cache: Any = None,
-    inputs_embeds: Optional[torch.Tensor] = None,
-    use_cache: Optional[bool] = None,
-    visual_pos_masks: Optional[torch.Tensor] = None,
-    deepstack_visual_embeds: Optional[list] = None,
+    inputs_embeds: torch.Tensor | None = None,
+    use_cache: bool | None = None,
+    visual_pos_masks: torch.Tensor | None = None,
+    deepstack_visual_embeds: list | None = None,
     **kwargs: Any,
 ) -> Any:
     """The language model's forward while CP is installed (bound to the instance): the whole
     sequence in, this rank's rows through the decoder layers, this rank's rows out."""
-    state: _State = getattr(lm, _STATE)
+    state: _State = _patches.state(lm, OWNER)
+    cache = cache if cache is not None else kwargs.pop("past_key_values", None)  # its name before 5.24
+    kwargs.pop("past_key_values", None)
     _refuse(attention_mask, cache, kwargs)
     if inputs_embeds is None:
         inputs_embeds = lm.get_input_embeddings()(input_ids)
@@ -244,8 +235,8 @@ def _lm_forward(
         inputs_embeds=embeds,
         position_ids=position_ids[..., fwd.positions],
         attention_mask=None,
-        cache=None,
         use_cache=False,
+        **{_cache_name(type(lm).forward, ("cache", "past_key_values")): None},
         **extra,
         **kwargs,
         **{_KWARG: fwd},
@@ -254,50 +245,44 @@ def _lm_forward(
     return out
 
 
+def _cache_name(forward: Any, names: tuple[str, str]) -> str:
+    """The name `forward` gives its KV cache parameter: transformers 5.24 renamed
+    past_key_values / cache_params to cache (the old names accepted until 5.40)."""
+    params = inspect.signature(forward).parameters
+    return next((n for n in names if n in params), names[0])
+
+
 def _linear_forward(module: torch.nn.Module, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     """A linear-attention layer's forward under CP (Qwen3.5's gated delta net, a recurrence over
     the sequence): all-gather its input, run it on the whole sequence, keep this rank's rows."""
-    fwd: Optional[_Forward] = kwargs.pop(_KWARG, None)
+    fwd: _Forward | None = kwargs.pop(_KWARG, None)
     if fwd is None:
         raise FrameshardError(
             "frameshard.hf.context_parallel: expected the linear attention to run inside the "
             "language model's context-parallel forward, got a call without it"
         )
-    kwargs.update(cache=None, attention_mask=None)
+    for name in ("cache", "cache_params"):  # the KV cache's name since 5.24, and before
+        kwargs.pop(name, None)
+    kwargs[_cache_name(type(module).forward, ("cache", "cache_params"))] = None
+    kwargs["attention_mask"] = None
     whole = fwd.gather(hidden_states.transpose(0, 1))[fwd.inverse].transpose(0, 1)
     return type(module).forward(module, whole, *args, **kwargs)[:, fwd.positions]
 
 
 def find_language_model(model: Any, fn: str = "context_parallel") -> torch.nn.Module:
-    """The transformers Qwen-VL language model (`...TextModel`) of `model` (a
-    ...ForConditionalGeneration, its `.model`, or the language model; training wrappers seen
-    through as hf.enable does); FrameshardError otherwise."""
-    from .hf import _describe, unwrap_module  # noqa: PLC0415  (hf re-exports this module)
-
+    """The transformers language model (`...TextModel`) of `model` (a ...ForConditionalGeneration,
+    its `.model`, or the language model; training wrappers seen through as hf.enable does);
+    FrameshardError otherwise."""
     root = unwrap_module(model)
     inner = getattr(root, "model", None)
     for c in (root, getattr(root, "language_model", None), getattr(inner, "language_model", None)):
         c = unwrap_module(c) if c is not None else None
-        if c is not None and _text_family(c) is not None:
+        if c is not None and _family.of_text(c) is not None:
             return c
     raise FrameshardError(
-        "frameshard.hf.%s: expected a transformers Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE) or "
-        "Qwen3.5(-MoE) model or its language model (a subclass of %s), got %s"
-        % (fn, ", ".join(TEXT_MODELS), _describe(model))
+        "frameshard.hf.%s: expected a transformers model of a family with context parallelism or "
+        "its language model (a subclass of %s), got %s" % (fn, ", ".join(_family.class_names("text")), describe(model))
     )
-
-
-def _text_family(module: Any) -> Optional[str]:
-    from .hf import transformers_class_entry  # noqa: PLC0415  (hf re-exports this module)
-
-    return transformers_class_entry(module, TEXT_MODELS)
-
-
-def _register() -> None:
-    from transformers import AttentionInterface  # noqa: PLC0415  (transformers is optional)
-
-    if AttentionInterface._global_mapping.get(IMPLEMENTATION) is not _attention:
-        AttentionInterface.register(IMPLEMENTATION, _attention)
 
 
 class ContextParallel:
@@ -338,7 +323,7 @@ class ContextParallel:
         )
         return total / (shifted != ignore_index).sum().clamp(min=1).to(total.device)
 
-    def __call__(self, labels: Optional[torch.Tensor] = None, **inputs: Any) -> Any:
+    def __call__(self, labels: torch.Tensor | None = None, **inputs: Any) -> Any:
         """model(**inputs) (collective); with `labels` (the whole batch's), `.loss` is this
         rank's share (see `loss`)."""
         out = self.model(**inputs)
@@ -358,20 +343,28 @@ class ContextParallel:
 
 def context_parallel(
     model: Any,
-    group: Optional[dist.ProcessGroup] = None,
+    group: Any = None,
     split: str = "load_balanced",
     *,
     timeout: Timeout = None,
 ) -> ContextParallel:
-    """Installs context parallelism over `group` (None: the default group) on the language model
-    of `model` (see the module's docstring); returns its ContextParallel handle. Installing again
-    replaces the group and split. Local: no communication until the model's next forward."""
+    """Installs context parallelism over `group` (a ProcessGroup; a DeviceMesh: its "cp"
+    dimension, or its only one; None: the default group) on the language model of `model` (see
+    the module's docstring); returns its ContextParallel handle. Installing again replaces the
+    group and split. Local: no communication until the model's next forward."""
+    _compat.check_transformers("context_parallel")
+    missing = _compat.missing_cp_features()
+    if missing:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected transformers with %s, got transformers %s without it"
+            % (", ".join(missing), _compat.transformers_version())
+        )
     if split not in SPLITS:
         raise FrameshardError(
             "frameshard.hf.context_parallel: expected split 'load_balanced' or 'contiguous', got %r" % (split,)
         )
     lm = find_language_model(model)
-    pg = resolve_group(group, "hf.context_parallel")
+    pg, _ = resolve(group, "hf.context_parallel")
     config = lm.config
     layer_types = getattr(config, "layer_types", None) or []
     if getattr(config, "use_sliding_window", False) or "sliding_attention" in layer_types:
@@ -379,32 +372,23 @@ def context_parallel(
             "frameshard.hf.context_parallel: expected full causal attention, got sliding-window "
             "layers (use_sliding_window / layer_types)"
         )
-    remove(lm)
-    _register()
-    linear = [m for m in lm.modules() if type(m).__name__.endswith("GatedDeltaNet")]
-    state = _State(group=pg, split=split, timeout=timeout, previous=config._attn_implementation, linear=linear)
-    config._attn_implementation = IMPLEMENTATION
-    for m in linear:
-        m.forward = types.MethodType(_linear_forward, m)
-    lm.forward = types.MethodType(_lm_forward, lm)
-    setattr(lm, _STATE, state)
+    from transformers import AttentionInterface  # noqa: PLC0415  (transformers is optional)
+
+    AttentionInterface.register(IMPLEMENTATION, _attention)
+    linear_classes = _family.of_text(lm).linear_attention
+    linear = [m for m in lm.modules() if any(c.__name__ in linear_classes for c in type(m).__mro__)]
+    state = _State(group=pg, split=split, timeout=timeout, linear=linear)
+    patches = [(config, "_attn_implementation", IMPLEMENTATION), (lm, "forward", types.MethodType(_lm_forward, lm))]
+    patches += [(m, "forward", types.MethodType(_linear_forward, m)) for m in linear]
+    _patches.install(lm, OWNER, state, patches)
     return ContextParallel(model, lm, state)
 
 
 def remove(model: Any) -> bool:
     """Uninstalls context_parallel from the model's language model; False if it was not there."""
-    lm = find_language_model(model, fn="remove")
-    state: Optional[_State] = getattr(lm, _STATE, None)
-    if state is None:
-        return False
-    lm.config._attn_implementation = state.previous
-    for m in state.linear:
-        del m.forward
-    del lm.forward
-    delattr(lm, _STATE)
-    return True
+    return _patches.remove(find_language_model(model, fn="remove"), OWNER)
 
 
 def is_installed(model: Any) -> bool:
     """Whether context_parallel is installed on the model's language model."""
-    return hasattr(find_language_model(model, fn="is_installed"), _STATE)
+    return _patches.state(find_language_model(model, fn="is_installed"), OWNER) is not None

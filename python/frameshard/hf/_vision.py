@@ -1,0 +1,182 @@
+"""The sharded call of a whole-tower vision module: its forward, on this rank's frames only.
+
+`frameshard.hf.enable` installs `sharded_forward` as the forward of the vision module INSTANCE
+(the class is untouched; `disable` restores it). It runs the class's forward on this rank's frames
+through `frameshard.shard_vision` and returns the same output class with the gathered
+`pooler_output` (the merged embeddings) and, for Qwen3-VL, the gathered `deepstack_features`.
+Per-patch fields (`last_hidden_state`, `hidden_states`, `attentions`) would be rank-local and are
+None on the sharded path; on the replicated path the original output is returned unchanged.
+The original forward recomputes every piece of geometry (cu_seqlens, rotary, windows, position
+tables) from the local grid; all of it is per frame, so local frames encode as in the whole batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import torch
+
+from .. import _shard
+from .._C import FrameshardError
+from .._config import FrameShardingConfig
+from .._groups import Mesh, Timeout
+from .._towers import TowerDims
+from . import _compat, _patches, _split
+from ._family import Family, tower_grid
+
+OWNER = "vision"  # the patch registry's owner of the vision module's patches
+
+
+@dataclasses.dataclass
+class State:
+    """What one enabled vision module shards with."""
+
+    group: Any  # the process group (with a mesh: the mesh's group)
+    config: FrameShardingConfig
+    cp_size: int | None
+    timeout: Timeout
+    family: Family
+    dims: TowerDims | None
+    mesh: Mesh | None = None
+
+
+@functools.cache
+def skipped_by_compile(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` with its own frame skipped by torch.compile (a graph break) while the frames it calls
+    are compiled as the user asked: `torch.compiler.disable(fn, recursive=False)`.
+
+    Applied to `sharded_forward` and to the `shard_vision` it calls: their collectives, the C++
+    encode and the output rebuilt from the gathered rows cannot be traced, but the tower that the
+    C++ encode calls back -- the vision module's original forward -- is compiled as it would be
+    without frameshard. A full disable (recursive=True) would be as correct but would run the
+    tower eagerly, losing what compiling the vision module is for. Wrapped at the first
+    `enable`, not at import: torch.compiler.disable imports torch._dynamo (seconds)."""
+    return torch.compiler.disable(fn, recursive=False)
+
+
+def _passes_through(error: BaseException | None) -> bool:
+    """Whether a tower exception is control flow that must reach its caller as raised: the
+    early stop of a non-reentrant torch.utils.checkpoint recomputation, which every rank raises
+    in its own tower (all saved tensors of the checkpointed vision call are the tower's)."""
+    from torch.utils import checkpoint  # noqa: PLC0415
+
+    stop = getattr(checkpoint, "_StopRecomputationError", None)
+    return stop is not None and isinstance(error, stop)
+
+
+def reraise(error: FrameshardError, raised: BaseException | None) -> NoReturn:
+    """Raises what a sharded call's FrameshardError `error` means to its caller. Every rank raises
+    it (the ranks agree on failure); this rank's own tower exception `raised`, if any, is its
+    cause -- or, for checkpoint's early stop, what the caller expects, as raised."""
+    if _passes_through(raised):
+        raise raised from None
+    if raised is not None:
+        raise error from raised
+    raise error
+
+
+def _without_pieces(tower: Callable[..., Any]) -> Callable[..., Any]:
+    """`tower` as a three-argument tower (no pieces, no exchange): without split_frames the plan
+    never cuts a frame, and a tower that takes pieces would let shard_vision accept a config
+    that the vision module was not patched for."""
+
+    def call(pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> Any:
+        return tower(pv, grid, cu, pieces=(), exchange=None)
+
+    call.frameshard_log = getattr(tower, "frameshard_log", None)  # type: ignore[attr-defined]
+    return call
+
+
+def vision_outputs(out: Any) -> list[torch.Tensor]:
+    """The tensors the vision module's output carries to the gather: pooler_output (the merged
+    embeddings) and DeepStack features. A release whose vision forward returns a plain tensor
+    (transformers 4.x) is named, not run into an AttributeError."""
+    if not hasattr(out, "pooler_output"):
+        raise FrameshardError(
+            "frameshard.hf: expected the vision module to return an output with pooler_output "
+            "(transformers >= %s), got %s from transformers %s"
+            % (_compat.SUPPORTED_TRANSFORMERS[0], type(out).__name__, _compat.transformers_version())
+        )
+    return [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
+
+
+class _LocalTower:
+    """The tower shard_vision calls back: the class's forward on this rank's frames (pieces of
+    split frames take the whole frame's geometry, _split). Keeps the last output (its class
+    rebuilds the gathered one) and the exception a rank's own tower raised (the cause of the
+    error every rank raises)."""
+
+    def __init__(self, visual: torch.nn.Module, state: State, kwargs: dict) -> None:
+        self.visual, self.state, self.kwargs = visual, state, kwargs
+        self.last: Any = None
+        self.raised: BaseException | None = None
+        self.frameshard_log = (id(visual), "hf.enable(%s)" % type(visual).__name__)
+
+    def __call__(self, pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor, *, pieces: tuple, exchange: Any) -> list:
+        visual, family = self.visual, self.state.family
+        original = type(visual).forward
+        try:
+            local = tower_grid(family, grid)
+
+            def run(**geometry: Any) -> Any:
+                return original(visual, pv, grid_thw=local, return_dict=True, **geometry, **self.kwargs)
+
+            out = run() if exchange is None else _split.run_split(visual, family, run, local, cu, pieces, exchange)
+            outputs = vision_outputs(out)
+        except BaseException as e:
+            self.raised = e
+            raise
+        self.last = out
+        return outputs
+
+
+def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any) -> Any:
+    """The vision module's forward while enabled (bound to the instance; see enable)."""
+    state: State = _patches.state(visual, OWNER)
+    # Precomputed per-batch geometry (transformers' vision_utils) describes the whole batch, not
+    # the local frames: refused on the sharded path.
+    precomputed = sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+    if precomputed:
+        raise FrameshardError(
+            "frameshard.hf: expected no precomputed vision tensors (they describe the whole "
+            "batch; each rank encodes only its frames), got %s" % ", ".join(precomputed)
+        )
+    return_dict = kwargs.pop("return_dict", None)
+    local = _LocalTower(visual, state, kwargs)
+    tower = local if state.config.split_frames else _without_pieces(local)
+    try:
+        outputs, plan = skipped_by_compile(_shard.shard_vision)(
+            tower,
+            hidden_states,
+            grid_thw,
+            state.group,
+            state.config,
+            cp_size=state.cp_size,
+            mesh=state.mesh,
+            spatial_merge_size=int(visual.spatial_merge_size),
+            temporal_patch_size=int(visual.config.temporal_patch_size),
+            tower_trainable=any(p.requires_grad for p in visual.parameters()),
+            timeout=state.timeout,
+            return_plan=True,
+            tower_dims=state.dims,
+        )
+    except FrameshardError as e:
+        reraise(e, local.raised)
+    if outputs is None:
+        return None  # a text-only replica on the mesh's replicated path: no tower ran
+    out = local.last
+    if plan.sharded and return_dict is False:
+        # A tuple would start with last_hidden_state, which is rank-local here.
+        raise FrameshardError(
+            "frameshard.hf: expected return_dict=True or unset on the sharded path (the sharded "
+            "output has no last_hidden_state), got return_dict=False"
+        )
+    if plan.sharded:
+        fields = {"pooler_output": outputs[0]}
+        if hasattr(out, "deepstack_features"):
+            fields["deepstack_features"] = list(outputs[1:])
+        out = type(out)(**fields)
+    return out.to_tuple() if return_dict is False else out
