@@ -12,6 +12,7 @@ pkgs=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev  # gloo headers: the PyPI torch wheel ships its c10d headers but not gloo's
+  python3-venv # scripts/ruff.sh's .venv-lint (Debian's python3 has no venv module without it)
 )
 missing=()
 for p in "${pkgs[@]}"; do

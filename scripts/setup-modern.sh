@@ -5,6 +5,14 @@
 #
 # Usage: scripts/setup-modern.sh
 #   FRAMESHARD_VENV    venv directory (default: <repo>/.venv)
+#   FRAMESHARD_TRANSFORMERS
+#                      transformers version to install instead of the pinned
+#                      one (scripts/setup-transformers.sh: the release matrix).
+#                      The pins of what that release itself constrains
+#                      (tokenizers, huggingface-hub, hf-xet) are dropped with
+#                      it and resolved for it; everything else (torch, the
+#                      nvidia wheels, numpy, peft, ...) stays pinned, so uv
+#                      links the same cached torch as .venv's.
 #   FRAMESHARD_PYTHON  interpreter for the venv (default: pyenv's python3;
 #                      Debian's /usr/bin/python3 is refused: its site may hold
 #                      Debian's torch 1.13, which frameshard never uses)
@@ -26,13 +34,15 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${FRAMESHARD_VENV:-$root/.venv}
 uv_version=0.13.8
+transformers_pin=5.24.0
+transformers=${FRAMESHARD_TRANSFORMERS:-$transformers_pin}
 
 # Top-level requirements (scikit-build-core, nlohmann-json and cmeel-yaml-cpp:
 # what `pip install --no-build-isolation .` builds with, see pyproject.toml;
 # peft: the LoRA-wrapped model of the Python tests), and the full pinned set (uv pip freeze of a working
 # venv) as constraints, so CI installs the same versions every time.
 requirements="torch==2.15.0
-transformers==5.24.0
+transformers==$transformers
 safetensors==0.8.0
 numpy==2.4.6
 pytest==9.2.0
@@ -108,6 +118,12 @@ truststore==0.10.5
 typer==0.29.2
 typing-extensions==4.16.0
 typing-inspection==0.4.5"
+if [ "$transformers" != "$transformers_pin" ]; then
+  # Measured: 4.57-5.17 need tokenizers <= 0.23.0 or huggingface-hub < 2;
+  # the rest of the set resolves unchanged (packages a release adds, such as
+  # 5.25's kernels, resolve to their newest).
+  constraints=$(printf '%s\n' "$constraints" | grep -v -E '^(transformers|tokenizers|huggingface-hub|hf-xet)==')
+fi
 
 print_versions() {
   # importlib.metadata, not `import torch`: keeps the fast path fast.
@@ -171,12 +187,20 @@ trap 'rm -rf "$tmp"' EXIT
 printf '%s\n' "$requirements" >"$tmp/requirements.txt"
 printf '%s\n' "$constraints" >"$tmp/constraints.txt"
 
-if [ ! -x "$venv/bin/uv" ] || [ "$("$venv/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "$uv_version" ]; then
+uv_ok() { [ -x "$1" ] && [ "$("$1" --version 2>/dev/null | cut -d' ' -f2)" = "$uv_version" ]; }
+# The venv's own uv, else the main .venv's (a second venv, such as
+# setup-transformers.sh's, then needs no pip download of uv), else install it.
+uv=$venv/bin/uv
+if ! uv_ok "$uv" && uv_ok "$root/.venv/bin/uv"; then
+  uv=$root/.venv/bin/uv
+fi
+if ! uv_ok "$uv"; then
   "$venv/bin/python" -m pip install -q "uv==$uv_version" ||
     echo "setup-modern: could not install uv; falling back to pip (slow: no cache)" >&2
+  uv=$venv/bin/uv
 fi
-if [ -x "$venv/bin/uv" ]; then
-  "$venv/bin/uv" pip install -q --python "$venv/bin/python" \
+if uv_ok "$uv"; then
+  "$uv" pip install -q --python "$venv/bin/python" \
     -r "$tmp/requirements.txt" -c "$tmp/constraints.txt"
 else
   "$venv/bin/python" -m pip install -q -r "$tmp/requirements.txt" -c "$tmp/constraints.txt"

@@ -59,17 +59,17 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from markdown_pages import (  # noqa: E402  (next to this file)
-    FILE_EXTENSIONS,
-    HELP_TIMEOUT_S,
-    KNOWN_NOT_KEYS,
-    Page,
-    RUN_TIMEOUT_S,
-    SHELL_LANGS,
     _FLAG_RE,
     _KEY_RE,
     _LINK_RE,
     _REFDEF_RE,
     _SUB_RE,
+    FILE_EXTENSIONS,
+    HELP_TIMEOUT_S,
+    KNOWN_NOT_KEYS,
+    RUN_TIMEOUT_S,
+    SHELL_LANGS,
+    Page,
     find_paths,
     path_exists,
     shell_commands,
@@ -104,8 +104,9 @@ class Cli:
         # A build without the runtime (FRAMESHARD_BUILD_RUNTIME=OFF) has plan and analyze only.
         self.partial = bool(self.subcommands) and "train" not in self.subcommands
         try:
-            out = subprocess.run([binary, "train", "--print-config"], capture_output=True,
-                                 text=True, timeout=HELP_TIMEOUT_S)
+            out = subprocess.run(
+                [binary, "train", "--print-config"], capture_output=True, text=True, timeout=HELP_TIMEOUT_S
+            )
             if out.returncode == 0:
                 self.keys = {p for p, _ in yaml_paths(out.stdout.splitlines())}
         except (OSError, subprocess.TimeoutExpired):
@@ -131,9 +132,12 @@ class Cli:
         (`  -h,--help`, `  --cp TEXT`), not options its descriptions or footer mention."""
         out = set()
         for line in (self.help(sub) or "").splitlines():
-            m = re.match(r"^\s{1,4}((?:-[A-Za-z0-9],)*--[A-Za-z0-9][A-Za-z0-9_-]*"
-                         r"(?:,--[A-Za-z0-9][A-Za-z0-9_-]*)*)", line)
-            if m and not line[m.end():].startswith("."):  # not a dotted example
+            m = re.match(
+                r"^\s{1,4}((?:-[A-Za-z0-9],)*--[A-Za-z0-9][A-Za-z0-9_-]*"
+                r"(?:,--[A-Za-z0-9][A-Za-z0-9_-]*)*)",
+                line,
+            )
+            if m and not line[m.end() :].startswith("."):  # not a dotted example
                 out.update(re.findall(r"--([A-Za-z0-9][A-Za-z0-9_-]*)", m.group(1)))
         return out
 
@@ -143,8 +147,16 @@ class Checker:
         self.root = root
         self.cli = cli
         self.failures = []
-        self.count = {"files": 0, "links": 0, "anchors": 0, "paths": 0, "commands": 0,
-                      "flags": 0, "keys": 0, "runnable": 0}
+        self.count = {
+            "files": 0,
+            "links": 0,
+            "anchors": 0,
+            "paths": 0,
+            "commands": 0,
+            "flags": 0,
+            "keys": 0,
+            "runnable": 0,
+        }
         self.pages = {}
         self.skipped = 0
 
@@ -173,21 +185,27 @@ class Checker:
                 if file_part:
                     dest = os.path.normpath(os.path.join(os.path.dirname(page.path), file_part))
                     if not os.path.exists(dest):
-                        self.fail(page, num, "the link target %s to exist" % file_part,
-                                  "no such file (%s)" % os.path.relpath(dest, self.root))
+                        self.fail(
+                            page,
+                            num,
+                            "the link target %s to exist" % file_part,
+                            "no such file (%s)" % os.path.relpath(dest, self.root),
+                        )
                         continue
                 if anchor:
                     self.count["anchors"] += 1
                     if not dest.endswith(".md") or os.path.isdir(dest):
-                        self.fail(page, num, "an anchor into a Markdown page",
-                                  "#%s into %s" % (anchor, file_part))
+                        self.fail(page, num, "an anchor into a Markdown page", "#%s into %s" % (anchor, file_part))
                         continue
                     slugs = self.page(dest).slugs
                     if anchor not in slugs:
-                        self.fail(page, num, "a heading with the slug #%s in %s" % (
-                            anchor, os.path.relpath(dest, self.root)),
-                            "none (close: %s)" % ", ".join(sorted(
-                                s for s in slugs if s[:4] == anchor[:4])[:5] or ["-"]))
+                        self.fail(
+                            page,
+                            num,
+                            "a heading with the slug #%s in %s" % (anchor, os.path.relpath(dest, self.root)),
+                            "none (close: %s)"
+                            % ", ".join(sorted(s for s in slugs if s[:4] == anchor[:4])[:5] or ["-"]),
+                        )
 
     # Repository paths.
     def check_paths(self, page):
@@ -210,8 +228,7 @@ class Checker:
                 if not ok and base and path_exists(self.root, base + p)[0]:
                     ok = True
                 if not ok:
-                    self.fail(page, num, "the repository path %s to exist" % p,
-                              "nothing at %s" % missing)
+                    self.fail(page, num, "the repository path %s to exist" % p, "nothing at %s" % missing)
 
     # CLI invocations, options and keys.
     def check_key(self, page, num, key, sub):
@@ -219,11 +236,14 @@ class Checker:
         if key in KNOWN_NOT_KEYS:
             return
         if key not in self.cli.keys:
-            self.fail(page, num, "the config key %s in `frameshard train --print-config`" % key,
-                      "no such key")
+            self.fail(page, num, "the config key %s in `frameshard train --print-config`" % key, "no such key")
         elif sub not in (None, "train", "ab") and not key.startswith("distributed."):
-            self.fail(page, num, "a key under distributed for `frameshard %s`" % sub,
-                      "--%s (a recipe key only train and ab read)" % key)
+            self.fail(
+                page,
+                num,
+                "a key under distributed for `frameshard %s`" % sub,
+                "--%s (a recipe key only train and ab read)" % key,
+            )
 
     def check_invocation(self, page, num, sub, args, what):
         if self.cli.partial and not self.cli.has_sub(sub):
@@ -231,8 +251,12 @@ class Checker:
             return
         self.count["commands"] += 1
         if not self.cli.has_sub(sub):
-            self.fail(page, num, "a frameshard subcommand (%s)" % ", ".join(
-                sorted(self.cli.subcommands)), "%s in %s" % (sub, what))
+            self.fail(
+                page,
+                num,
+                "a frameshard subcommand (%s)" % ", ".join(sorted(self.cli.subcommands)),
+                "%s in %s" % (sub, what),
+            )
             return
         flags = self.cli.flags(sub)
         for tok in args:
@@ -246,8 +270,7 @@ class Checker:
                 continue
             self.count["flags"] += 1
             if name not in flags:
-                self.fail(page, num, "--%s in `frameshard %s --help`" % (name, sub),
-                          "no such option (in %s)" % what)
+                self.fail(page, num, "--%s in `frameshard %s --help`" % (name, sub), "no such option (in %s)" % what)
 
     def commands_in(self, tokens):
         """(subcommand, args) per frameshard invocation among the tokens."""
@@ -256,7 +279,7 @@ class Checker:
                 if t == "frameshard" and i > 0 and cmd[i - 1] == "-m":
                     break  # `python -m frameshard ...`: the Python package's CLI, not this binary
                 if t == "frameshard" or t.endswith("/frameshard"):
-                    rest = cmd[i + 1:]
+                    rest = cmd[i + 1 :]
                     if rest and _SUB_RE.match(rest[0]):
                         yield rest[0], rest[1:]
                     elif rest and rest[0].startswith("--"):
@@ -302,8 +325,7 @@ class Checker:
                 self.count["commands"] += 1
                 self.count["flags"] += 1
                 if m.group(1) not in flags:
-                    self.fail(page, num, "--%s in `frameshard --help`" % m.group(1),
-                              "no such option (in %s)" % what)
+                    self.fail(page, num, "--%s in `frameshard --help`" % m.group(1), "no such option (in %s)" % what)
 
     def check_span(self, page, num, code, section_sub):
         tokens = tokenize(code)
@@ -332,12 +354,19 @@ class Checker:
                         continue
                     self.count["flags"] += 1
                     if f.group(1) not in self.cli.flags(section_sub):
-                        self.fail(page, num, "--%s in `frameshard %s --help`" % (
-                            f.group(1), section_sub), "no such option (inline code)")
+                        self.fail(
+                            page,
+                            num,
+                            "--%s in `frameshard %s --help`" % (f.group(1), section_sub),
+                            "no such option (inline code)",
+                        )
             return
-        if (self.cli.keys is not None and _KEY_RE.match(first)
-                and first.split(".")[-1] not in FILE_EXTENSIONS
-                and first.split(".")[0] in {k.split(".")[0] for k in self.cli.keys}):
+        if (
+            self.cli.keys is not None
+            and _KEY_RE.match(first)
+            and first.split(".")[-1] not in FILE_EXTENSIONS
+            and first.split(".")[0] in {k.split(".")[0] for k in self.cli.keys}
+        ):
             self.check_key(page, num, first, None)
 
     # Runnable blocks.
@@ -347,27 +376,35 @@ class Checker:
                 continue
             script = "\n".join(body) + "\n"
             if self.cli.partial and any(
-                    not self.cli.has_sub(sub) for _, command in shell_commands(body, start)
-                    for sub, _ in self.commands_in(tokenize(command)) if sub):
+                not self.cli.has_sub(sub)
+                for _, command in shell_commands(body, start)
+                for sub, _ in self.commands_in(tokenize(command))
+                if sub
+            ):
                 self.skipped += 1
                 continue
             self.count["runnable"] += 1
             # Its own process group, so a timeout ends the commands it started too.
-            proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], cwd=scratch,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                ["bash", "-e", "-o", "pipefail", "-c", script],
+                cwd=scratch,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
             try:
                 stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
-                self.fail(page, start, "the runnable block to finish within %d s" % RUN_TIMEOUT_S,
-                          "a timeout")
+                self.fail(page, start, "the runnable block to finish within %d s" % RUN_TIMEOUT_S, "a timeout")
                 continue
             if proc.returncode != 0:
                 tail = (stderr.strip() or stdout.strip()).splitlines()[-3:]
-                self.fail(page, start, "the runnable block to exit 0",
-                          "exit %d: %s" % (proc.returncode, " | ".join(tail)))
+                self.fail(
+                    page, start, "the runnable block to exit 0", "exit %d: %s" % (proc.returncode, " | ".join(tail))
+                )
 
 
 def make_scratch(root, binary):
@@ -406,8 +443,10 @@ def main(argv):
         except RuntimeError as e:
             print("docs check: %s; CLI, key and runnable checks skipped" % e)
     else:
-        print("docs check: no frameshard binary%s; CLI, key and runnable checks skipped"
-              % (" at %s" % binary if binary else " given"))
+        print(
+            "docs check: no frameshard binary%s; CLI, key and runnable checks skipped"
+            % (" at %s" % binary if binary else " given")
+        )
     if cli is not None and cli.keys is None:
         print("docs check: `%s train --print-config` failed; config key checks skipped" % binary)
 
@@ -417,8 +456,7 @@ def main(argv):
     try:
         for path in files:
             if not os.path.exists(path):
-                checker.failures.append("%s:1: expected the file, found nothing" %
-                                        os.path.relpath(path, root))
+                checker.failures.append("%s:1: expected the file, found nothing" % os.path.relpath(path, root))
                 continue
             page = checker.page(path)
             checker.count["files"] += 1
@@ -431,14 +469,24 @@ def main(argv):
         if scratch:
             remove_scratch(scratch)
     c = checker.count
-    print("docs check: %d files; %d links (%d anchors); %d paths; %s" % (
-        c["files"], c["links"], c["anchors"], c["paths"],
-        "%d CLI invocations, %d options, %d config keys; %d runnable blocks" % (
-            c["commands"], c["flags"], c["keys"], c["runnable"]) if cli is not None
-        else "CLI checks skipped"))
+    print(
+        "docs check: %d files; %d links (%d anchors); %d paths; %s"
+        % (
+            c["files"],
+            c["links"],
+            c["anchors"],
+            c["paths"],
+            "%d CLI invocations, %d options, %d config keys; %d runnable blocks"
+            % (c["commands"], c["flags"], c["keys"], c["runnable"])
+            if cli is not None
+            else "CLI checks skipped",
+        )
+    )
     if checker.skipped:
-        print("docs check: %d commands or runnable blocks skipped: the binary has no runtime "
-              "subcommands (only %s)" % (checker.skipped, ", ".join(sorted(cli.subcommands))))
+        print(
+            "docs check: %d commands or runnable blocks skipped: the binary has no runtime "
+            "subcommands (only %s)" % (checker.skipped, ", ".join(sorted(cli.subcommands)))
+        )
 
     def where(f):
         name, line = f.split(":", 2)[:2]

@@ -7,20 +7,48 @@ import os
 import re
 import shlex
 
-PATH_PREFIXES = ("scripts/", "tests/", "examples/", "bench/", "tools/", "src/", "include/",
-                 "python/", "docs/", "configs/", "cmake/", ".ci/")
+PATH_PREFIXES = (
+    "scripts/",
+    "tests/",
+    "examples/",
+    "bench/",
+    "tools/",
+    "src/",
+    "include/",
+    "python/",
+    "docs/",
+    "configs/",
+    "cmake/",
+    ".ci/",
+)
 SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
 RUN_TIMEOUT_S = 60
 HELP_TIMEOUT_S = 30
 # Dotted names the docs mention as keys that are refused (the legacy flat key).
 KNOWN_NOT_KEYS = {"distributed.cp_vision_frame_sharding"}
-FILE_EXTENSIONS = {"json", "jsonl", "safetensors", "yaml", "yml", "txt", "py", "md", "svg", "h",
-                   "cpp", "sh", "cmake", "so", "whl"}
+FILE_EXTENSIONS = {
+    "json",
+    "jsonl",
+    "safetensors",
+    "yaml",
+    "yml",
+    "txt",
+    "py",
+    "md",
+    "svg",
+    "h",
+    "cpp",
+    "sh",
+    "cmake",
+    "so",
+    "whl",
+}
 COMMAND_SEPARATORS = {"&&", "||", "|", ";", "&"}
 
 _PATH_RE = re.compile(
     r"(?<![A-Za-z0-9_./~$-])((?:%s)(?:[A-Za-z0-9_.*?+/-]|\{[A-Za-z0-9_.,*+-]*\})*)"
-    % "|".join(re.escape(p) for p in PATH_PREFIXES))
+    % "|".join(re.escape(p) for p in PATH_PREFIXES)
+)
 _KEY_RE = re.compile(r"^[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+$")
 _SUB_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 _FLAG_RE = re.compile(r"^--([A-Za-z0-9][A-Za-z0-9_.-]*)(?:=.*)?$")
@@ -38,12 +66,12 @@ class Page:
         self.rel = rel
         with open(path, encoding="utf-8") as f:
             self.lines = f.read().split("\n")
-        self.fences = []     # (first content line number, info string, [lines])
-        self.prose = []      # (line number, text) outside fences
-        self.headings = []   # (line number, raw text)
+        self.fences = []  # (first content line number, info string, [lines])
+        self.prose = []  # (line number, text) outside fences
+        self.headings = []  # (line number, raw text)
         self._split()
-        self.spans = []      # (line number, code) inline code spans
-        self.masked = {}     # line number -> prose with code spans blanked (for links)
+        self.spans = []  # (line number, code) inline code spans
+        self.masked = {}  # line number -> prose with code spans blanked (for links)
         self._scan_spans()
         self.slugs = heading_slugs([h for _, h in self.headings])
 
@@ -63,8 +91,7 @@ class Page:
                 i += 1
                 while i < n:
                     c = _FENCE_RE.match(self.lines[i])
-                    if (c and c.group(2)[0] == marker[0] and len(c.group(2)) >= len(marker)
-                            and not c.group(3).strip()):
+                    if c and c.group(2)[0] == marker[0] and len(c.group(2)) >= len(marker) and not c.group(3).strip():
                         break
                     body.append(self.lines[i])
                     i += 1
@@ -165,7 +192,7 @@ def expand_braces(s):
         return [s]
     out = []
     for alt in m.group(1).split(","):
-        out.extend(expand_braces(s[:m.start()] + alt + s[m.end():]))
+        out.extend(expand_braces(s[: m.start()] + alt + s[m.end() :]))
     return out
 
 
@@ -175,7 +202,7 @@ def path_exists(root, path):
         for seg in p.split("/"):
             stem = seg.split(".")[0]
             if re.fullmatch(r"[A-Z][A-Z0-9_]*", stem) and stem not in ("README", "CMakeLists"):
-                seg = "*" + seg[len(stem):]  # a placeholder: NAME.jsonl, FILE
+                seg = "*" + seg[len(stem) :]  # a placeholder: NAME.jsonl, FILE
             parts.append(seg)
         p = "/".join(parts)
         full = os.path.join(root, p)
@@ -200,8 +227,7 @@ def tokenize(command):
         words = shlex.split(command, comments=True, posix=True)
     except ValueError:
         words = command.split("#")[0].split()
-    return [w[1:] if w.startswith("[--") else w.rstrip("]") if w.startswith("--") else w
-            for w in words]
+    return [w[1:] if w.startswith("[--") else w.rstrip("]") if w.startswith("--") else w for w in words]
 
 
 def split_commands(tokens):
