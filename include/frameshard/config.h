@@ -50,6 +50,11 @@
 //                                 # saving exceeds the gather time
 //                                 # (frameshard/policy.h)
 //           gather_bandwidth_gbps: 25  # * auto: GB/s into a rank (> 0)
+//           dedup: false          # * true: encode each distinct frame once
+//                                 # in the group (the mesh with [dp, cp]),
+//                                 # keyed by a hash of its pixel rows, and
+//                                 # copy its rows to every use
+//                                 # (frameshard/dedup.h)
 //
 // cost_alpha may also be the path of a `frameshard calibrate` file
 // (relative to the working directory; frameshard/calibrate.h), whose
@@ -105,6 +110,7 @@ struct FrameShardingConfig {
   std::string tower = "qwen3-vl";
   std::string policy = "threshold";
   double gather_bandwidth_gbps = kDefaultGatherBandwidthGbps;
+  bool dedup = false;
 };
 
 /// Largest frame_sharding.split_exchange_cost.

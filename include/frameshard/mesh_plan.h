@@ -45,6 +45,7 @@
 // runtime exchanges the grids first).
 #pragma once
 
+#include <frameshard/dedup.h>
 #include <frameshard/owner_route.h>
 #include <frameshard/plan.h>
 
@@ -78,6 +79,13 @@ struct MeshPlan {
   std::vector<int64_t> replica_units;
   std::vector<int64_t> replica_patch_rows;
   std::vector<int64_t> replica_tokens;
+  /// With replica keys (dedup): the pooled units' distinct units, over the
+  /// WHOLE mesh (a frame in two replicas is encoded once); plan covers
+  /// dedup.grid. The replica_* offsets above count uses (the pooled
+  /// original grid); a distinct unit's pixels come from the replica of its
+  /// first use. Identity (no keys or no repeats): plan is exactly the
+  /// plan without dedup.
+  FrameDedup dedup;
 
   bool empty() const {
     return replica_units.empty() || replica_units.back() == 0;
@@ -94,10 +102,13 @@ struct MeshPlan {
 /// Pools `replicas` (one grid per replica, dp of them; an empty grid is a
 /// replica without media) and plans over dp * cp ranks. frameshard::Error
 /// for dp or cp outside [1, kMaxMeshReplicas], replicas.size() != dp, a bad
-/// grid (naming its replica) or options make_plan refuses.
+/// grid (naming its replica) or options make_plan refuses. `replica_keys`
+/// (empty, or one key per frame unit of each replica): plan over the
+/// mesh's distinct units (frameshard/dedup.h).
 MeshPlan make_mesh_plan(
     const std::vector<std::vector<GridThw>>& replicas,
-    const MeshPlanOptions& options);
+    const MeshPlanOptions& options,
+    const std::vector<std::vector<UnitKey>>& replica_keys = {});
 
 /// The pixel rows mesh rank `rank` sends and receives.
 struct MeshPixelRoute {
@@ -121,6 +132,8 @@ MeshPixelRoute mesh_pixel_route(const MeshPlan& plan, int64_t rank);
 /// every cp rank of the row's replica receives it; otherwise owners[q] has
 /// one entry per token of replica q, the cp rank (0 .. cp-1) that consumes
 /// it. `tokens` are the received rows' pooled token indices, ascending.
+/// With dedup a distinct row goes once to every rank consuming one of its
+/// uses, and recv_order expands it to those uses (route_uses, dedup.h).
 /// frameshard::Error on the replicated path, for owners of the wrong shape
 /// or a cp rank out of range.
 OwnerRoute mesh_output_route(

@@ -2,7 +2,7 @@
 
 The fields, defaults and error messages are those of the YAML key
 `distributed.multimodal.vision.frame_sharding` (NeMo Automodel's schema plus frameshard's own
-`partitioner`, `gather`, `split_frames`, `tower`, `policy` and `gather_bandwidth_gbps`): every field
+`partitioner`, `gather`, `split_frames`, `tower`, `policy`, `gather_bandwidth_gbps` and `dedup`): every field
 is applied to the defaults as a dotted override by the
 C++ config code, so a bad value raises exactly the message a YAML file would, e.g.
 
@@ -76,6 +76,10 @@ class FrameShardingConfig:
         policy: "threshold" (min_tokens / min_frames) or "auto" (shard when the predicted
             vision saving exceeds the predicted gather time).
         gather_bandwidth_gbps: the auto policy's gather bandwidth into a rank, GB/s (> 0).
+        dedup: encode each distinct frame once in the group (the whole mesh with
+            mesh_dims ["dp", "cp"]): frames are keyed by a 128-bit hash of their pixel rows (or
+            the caller's media_keys) and every use receives its frame's rows; gradients sum
+            over the uses (exact for the deterministic Qwen / GLM / RADIO towers).
 
     Construction validates every field (FrameshardError with the YAML message).
     """
@@ -95,6 +99,7 @@ class FrameShardingConfig:
     tower: str = "qwen3-vl"
     policy: str = "threshold"
     gather_bandwidth_gbps: float = 25.0
+    dedup: bool = False
 
     def __post_init__(self) -> None:
         _C.make_config(self.overrides(), 1)

@@ -54,7 +54,8 @@ int64_t MeshPlan::replica_of_unit(int64_t unit) const {
 
 MeshPlan make_mesh_plan(
     const std::vector<std::vector<GridThw>>& replicas,
-    const MeshPlanOptions& options) {
+    const MeshPlanOptions& options,
+    const std::vector<std::vector<UnitKey>>& replica_keys) {
   FRAMESHARD_CHECK(
       options.dp >= 1 && options.dp <= kMaxMeshReplicas,
       kMeshPlanFn,
@@ -108,6 +109,34 @@ MeshPlan make_mesh_plan(
   }
   PlanOptions po = options.plan;
   po.world = options.dp * options.cp;
+  if (!replica_keys.empty()) {
+    FRAMESHARD_CHECK(
+        static_cast<int64_t>(replica_keys.size()) == options.dp,
+        kMeshPlanFn,
+        "expected keys for each of the ",
+        options.dp,
+        " replicas, got ",
+        replica_keys.size());
+    std::vector<UnitKey> keys;
+    for (int64_t q = 0; q < options.dp; ++q) {
+      const auto& k = replica_keys[static_cast<size_t>(q)];
+      FRAMESHARD_CHECK(
+          static_cast<int64_t>(k.size()) ==
+              mp.replica_units[q + 1] - mp.replica_units[q],
+          kMeshPlanFn,
+          "expected one key per frame unit of replica ",
+          q,
+          " (",
+          mp.replica_units[q + 1] - mp.replica_units[q],
+          "), got ",
+          k.size());
+      keys.insert(keys.end(), k.begin(), k.end());
+    }
+    mp.dedup = dedup_frames(pooled, keys, options.plan.layout);
+    if (!mp.dedup.identity()) {
+      pooled = mp.dedup.grid;
+    }
+  }
   mp.plan = pooled.empty() ? empty_plan(po) : make_plan(pooled, po);
   return mp;
 }
@@ -129,7 +158,13 @@ MeshPixelRoute mesh_pixel_route(const MeshPlan& plan, int64_t rank) {
   }
   const std::vector<int64_t>& bounds = plan.replica_patch_rows;
   for (int64_t d = 0; d < world; ++d) {
+    std::vector<RowRange> ranges;
     for (const RowRange& range : plan.plan.ranks[d].pixel_ranges) {
+      // Distinct rows -> the pooled rows of their first use.
+      const auto s = source_rows(plan.dedup, plan.plan.frames, range);
+      ranges.insert(ranges.end(), s.begin(), s.end());
+    }
+    for (const RowRange& range : ranges) {
       // A merged range may run over a replica boundary: split it there.
       int64_t begin = range.begin;
       while (begin < range.end) {
@@ -232,6 +267,16 @@ OwnerRoute mesh_output_route(
       ")");
   check_owners(plan, owners);
   const Consumers consumers{plan, owners};
+  if (!plan.dedup.identity()) {
+    UseConsumers uses;
+    uses.source = plan.dedup.token_source;
+    for (int64_t t = 0; t < plan.dedup.tokens; ++t) {
+      const auto [first, last] = consumers.of(t);
+      uses.first.push_back(first);
+      uses.last.push_back(last);
+    }
+    return route_uses(plan.plan, uses, rank);
+  }
   OwnerRoute r;
   r.send_counts.assign(static_cast<size_t>(world), 0);
   r.recv_counts.assign(static_cast<size_t>(world), 0);

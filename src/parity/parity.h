@@ -118,6 +118,13 @@ struct ParitySpec {
   /// Encode with EncodeOptions::token_owner: each rank receives only its
   /// rows (an all-to-all) instead of all of them (the all-gather).
   bool route_to_owner = false;
+  /// Repeated frames: unit i's pixel rows copy unit same_as[i]'s (same_as[i]
+  /// <= i, of equal h x w); empty: every unit drawn afresh.
+  std::vector<int64_t> same_as;
+  /// Encode with EncodeOptions::unit_keys hashed from the pixels
+  /// (frame_keys): each distinct frame once. The reference encodes every
+  /// use, as a run without dedup does.
+  bool dedup = false;
 };
 
 /// What every rank shares: the same on every rank, drawn without

@@ -41,6 +41,36 @@ std::vector<int64_t> probe_widths(
   return widths;
 }
 
+// spec.same_as: unit i's rows become a copy of unit same_as[i]'s.
+void copy_repeats(ParityProblem& p) {
+  const auto& same = p.spec.same_as;
+  if (same.empty()) {
+    return;
+  }
+  FRAMESHARD_CHECK(
+      same.size() == p.frames.units.size(),
+      kPrepareFn,
+      "expected same_as to have one entry per frame unit (",
+      p.frames.units.size(),
+      "), got ",
+      same.size());
+  for (size_t i = 0; i < same.size(); ++i) {
+    const FrameUnit& u = p.frames.units[i];
+    FRAMESHARD_CHECK(
+        same[i] >= 0 && same[i] <= static_cast<int64_t>(i) &&
+            p.frames.units[static_cast<size_t>(same[i])].patch_rows ==
+                u.patch_rows,
+        kPrepareFn,
+        "expected same_as[",
+        i,
+        "] to name an earlier unit of equal size, got ",
+        same[i]);
+    const FrameUnit& s = p.frames.units[static_cast<size_t>(same[i])];
+    p.pixel_values.narrow(0, u.pixel_offset, u.patch_rows)
+        .copy_(p.pixel_values.narrow(0, s.pixel_offset, s.patch_rows));
+  }
+}
+
 // Pixels, then per rank q and output k the weights of q's rows (drawn in that
 // order from torch's generator, right after the first tower instance).
 void draw_inputs(ParityProblem& p) {
@@ -50,6 +80,7 @@ void draw_inputs(ParityProblem& p) {
       torch::randn(
           {p.frames.total_patch_rows, p.spec.in_features}, torch::kDouble)
           .to(p.spec.dtype);
+  copy_repeats(p);
   const double scale =
       p.spec.normalize_weights
           ? 1.0 / std::sqrt(double(std::max<int64_t>(tokens, 1)))

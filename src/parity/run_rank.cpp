@@ -1,6 +1,8 @@
 // parity::run_rank: one rank's sharded encode and backward, the reductions
 // over ranks, and (rank 0) the comparison with the replicated reference.
 
+#include <frameshard/runtime/frame_keys.h>
+
 #include "parity/steps.h"
 
 #include <frameshard/error.h>
@@ -51,6 +53,9 @@ RankParity run_sharded(
   };
   const auto t0 = Clock::now();
   const at::Tensor pixels = p.pixel_values.to(options.device);
+  if (p.spec.dedup) {
+    eo.unit_keys = frame_keys(pixels, p.grid_thw, p.spec.plan.layout);
+  }
   out.encode = encode(counted, pixels, p.grid_thw, encode_group, eo);
   call(options.after_encode);
   const auto t1 = Clock::now();

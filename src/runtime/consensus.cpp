@@ -265,8 +265,9 @@ std::vector<ConsensusRecord> run_consensus(
         q,
         " has ",
         hex(b.fingerprint),
-        std::string(subject) == "plan" ? " (different grid_thw or options?)"
-                                       : "");
+        std::string(subject) == "plan"
+            ? " (different grid_thw, options or dedup keys?)"
+            : "");
   }
   // The outputs are compared with the first rank that has some (rank 0
   // but in encode_mesh's replicated path, where a text-only replica runs

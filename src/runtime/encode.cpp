@@ -30,6 +30,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -43,25 +44,65 @@ constexpr const char* kEncodeFn = "encode";
 /// What the local phase produced (everything before the consensus).
 struct LocalPhase {
   ShardPlan plan;
+  FrameDedup dedup;            // with unit_keys; plan covers dedup.grid
   internal::LocalOutputs out;  // sharded: real rows only, fused
 };
+
+/// With unit_keys: the distinct units, and the pixel rows and grid_thw that
+/// feed them (the originals when nothing repeats).
+struct DistinctInput {
+  at::Tensor pixel_values;
+  at::Tensor grid_thw;
+  std::vector<GridThw> grid;
+};
+
+DistinctInput distinct_input(
+    const at::Tensor& pixel_values,
+    const at::Tensor& grid_thw,
+    const EncodeOptions& options,
+    FrameDedup& dedup) {
+  DistinctInput in{pixel_values, grid_thw, grid_from_tensor(grid_thw)};
+  if (options.unit_keys.empty()) {
+    return in;
+  }
+  check_pixel_rows(
+      expand_frames(in.grid, options.plan.layout), pixel_values.size(0));
+  dedup = dedup_frames(in.grid, options.unit_keys, options.plan.layout);
+  if (dedup.identity()) {
+    return in;
+  }
+  in.pixel_values = internal::distinct_pixels(pixel_values, dedup);
+  in.grid = dedup.grid;
+  std::vector<int64_t> flat;
+  for (const GridThw& g : dedup.grid) {
+    flat.insert(flat.end(), {g.t, g.h, g.w});
+  }
+  in.grid_thw = at::tensor(flat, at::kLong)
+                    .view({static_cast<int64_t>(dedup.grid.size()), 3})
+                    .to(grid_thw.device());
+  return in;
+}
+
+/// Visual tokens of the caller's grid (uses, with dedup).
+int64_t use_tokens(const LocalPhase& lp) {
+  return lp.dedup.units > 0 ? lp.dedup.tokens : lp.plan.frames.total_tokens;
+}
 
 /// Local check of token_owner against the plan (before the consensus, so
 /// that a bad map on one rank raises on all).
 void check_token_owner(
     const EncodeOptions& options,
-    const ShardPlan& plan,
+    int64_t tokens,
     int world,
     const std::string& prefix) {
   if (options.token_owner.empty()) {
     return;
   }
   TORCH_CHECK(
-      static_cast<int64_t>(options.token_owner.size()) ==
-          plan.frames.total_tokens,
+      static_cast<int64_t>(options.token_owner.size()) == tokens,
       prefix,
       "expected token_owner to have one entry per visual token (",
-      plan.frames.total_tokens,
+      tokens,
       "), got ",
       options.token_owner.size());
   for (int64_t o : options.token_owner) {
@@ -99,9 +140,11 @@ LocalPhase run_local_phase(
       static_cast<bool>(tower),
       prefix,
       "expected a callable tower, got an empty function");
-  lp.plan = make_plan(grid_from_tensor(grid_thw), options.plan);
-  check_pixel_rows(lp.plan.frames, pixel_values.size(0));
-  check_token_owner(options, lp.plan, options.plan.world, prefix);
+  const DistinctInput distinct =
+      distinct_input(pixel_values, grid_thw, options, lp.dedup);
+  lp.plan = make_plan(distinct.grid, options.plan);
+  check_pixel_rows(lp.plan.frames, distinct.pixel_values.size(0));
+  check_token_owner(options, use_tokens(lp), options.plan.world, prefix);
   const c10::Device device = pixel_values.device();
 
   TowerInput in;
@@ -110,7 +153,7 @@ LocalPhase run_local_phase(
   const char* rows_meaning = "";
   if (lp.plan.sharded()) {
     stage = "while slicing its pixel rows";
-    in = local_tower_input(lp.plan, rank, pixel_values);
+    in = local_tower_input(lp.plan, rank, distinct.pixel_values);
     if (lp.plan.split && group->getSize() > 1) {
       in.exchange = internal::make_piece_exchange(
           lp.plan, rank, group, device, options.timeout, exchange);
@@ -119,8 +162,8 @@ LocalPhase run_local_phase(
     real_rows = lp.plan.ranks.at(rank).real_tokens;
     rows_meaning = "local_tokens of the plan: real, floor and dummy frames";
   } else {
-    in.pixel_values = pixel_values;
-    in.grid_thw = grid_thw.to(device, at::kLong);
+    in.pixel_values = distinct.pixel_values;
+    in.grid_thw = distinct.grid_thw.to(device, at::kLong);
     in.cu_seqlens = frame_cu_seqlens(lp.plan.frames.grid, device);
     expected_rows = lp.plan.frames.total_tokens;
     rows_meaning = "the merged tokens of all frames";
@@ -138,7 +181,20 @@ at::Tensor route_to_owners(
     const ProcessGroupPtr& group,
     const EncodeOptions& options,
     EncodeResult& res) {
-  const OwnerRoute route = owner_route(lp.plan, options.token_owner, rank);
+  OwnerRoute route;
+  if (lp.dedup.identity()) {
+    route = owner_route(lp.plan, options.token_owner, rank);
+  } else {
+    // Each distinct row once to every rank owning one of its uses.
+    UseConsumers uses;
+    uses.source = lp.dedup.token_source;
+    uses.first = options.token_owner;
+    uses.last = options.token_owner;
+    for (int64_t& o : uses.last) {
+      ++o;
+    }
+    route = route_uses(lp.plan, uses, rank);
+  }
   const auto device = send.device();
   GatherOptions gopts;
   gopts.timeout = options.timeout;
@@ -152,9 +208,9 @@ at::Tensor route_to_owners(
   const int64_t row_bytes =
       internal::row_bytes(lp.out.widths, send.scalar_type());
   res.bytes_sent = (lp.out.fused.size(0) - route.send_counts[rank]) * row_bytes;
-  res.bytes_received =
-      (static_cast<int64_t>(route.tokens.size()) - route.recv_counts[rank]) *
-      row_bytes;
+  const int64_t received = std::accumulate(
+      route.recv_counts.begin(), route.recv_counts.end(), int64_t{0});
+  res.bytes_received = (received - route.recv_counts[rank]) * row_bytes;
   res.tokens = route.tokens;
   return out;
 }
@@ -170,6 +226,7 @@ EncodeResult finish(
   EncodeResult res;
   const bool owner_mode = !options.token_owner.empty();
   if (!lp.plan.sharded()) {
+    internal::expand_uses(lp.dedup, lp.out.outputs);
     if (owner_mode) {
       // This rank's rows, selected locally.
       res.tokens = internal::owned_rows(options.token_owner, rank);
@@ -177,6 +234,7 @@ EncodeResult finish(
     }
     res.outputs = std::move(lp.out.outputs);
     res.plan = std::move(lp.plan);
+    res.dedup = std::move(lp.dedup);
     return res;
   }
   const at::Tensor send =
@@ -202,7 +260,12 @@ EncodeResult finish(
     res.bytes_received = res.allgather_bytes_received;
   }
   res.outputs = internal::split_widths(full, lp.out.widths);
+  if (!owner_mode) {
+    internal::expand_uses(
+        lp.dedup, res.outputs);  // the owner route expanded already
+  }
   res.plan = std::move(lp.plan);
+  res.dedup = std::move(lp.dedup);
   return res;
 }
 
@@ -261,10 +324,12 @@ EncodeResult encode(
   try {
     lp = run_local_phase(
         tower, pixel_values, grid_thw, group, options, prefix, exchange, stage);
-    mine.fingerprint =
-        lp.plan.fingerprint ^ internal::owner_fingerprint(options.token_owner);
+    mine.fingerprint = lp.plan.fingerprint ^
+                       internal::owner_fingerprint(options.token_owner) ^
+                       (lp.dedup.fingerprint * 0x9e3779b97f4a7c15ULL);
     mine.has_grid = true;
-    mine.grid = lp.plan.frames.grid;
+    mine.grid =
+        lp.dedup.units > 0 ? grid_from_tensor(grid_thw) : lp.plan.frames.grid;
     internal::describe_outputs(lp.out, lp.plan.sharded(), mine);
   } catch (...) {
     if (exchange->raised) {

@@ -210,5 +210,27 @@ void select_rows(
   }
 }
 
+at::Tensor distinct_pixels(
+    const at::Tensor& pixel_values, const FrameDedup& dedup) {
+  if (dedup.identity()) {
+    return pixel_values;
+  }
+  std::vector<at::Tensor> rows;
+  for (const RowRange& r : dedup.pixel_rows) {
+    rows.push_back(pixel_values.narrow(0, r.begin, r.size()));
+  }
+  return rows.size() == 1 ? rows[0] : at::cat(rows);
+}
+
+void expand_uses(const FrameDedup& dedup, std::vector<at::Tensor>& outputs) {
+  if (dedup.identity()) {
+    return;
+  }
+  for (at::Tensor& o : outputs) {
+    o = o.index_select(
+        0, at::tensor(dedup.token_source, at::kLong).to(o.device()));
+  }
+}
+
 }  // namespace internal
 }  // namespace frameshard

@@ -10,10 +10,12 @@
 //                        fused along the feature dim for ONE collective;
 //   describe_outputs     what the consensus record says about them;
 //   joined_for_backward  the fresh-leaf trick (Megatron-Bridge #4784);
-//   split_widths, row_bytes, owner_fingerprint, select_rows.
+//   split_widths, row_bytes, owner_fingerprint, select_rows;
+//   distinct_pixels, expand_uses  dedup's two ends (frameshard/dedup.h).
 // Nothing here is collective. Defined in src/runtime/encode_steps.cpp.
 #pragma once
 
+#include <frameshard/dedup.h>
 #include <frameshard/plan.h>
 #include <frameshard/tower.h>
 
@@ -96,6 +98,16 @@ std::vector<int64_t> owned_rows(
 /// Every output's rows `rows` (index_select, on the outputs' device).
 void select_rows(
     std::vector<at::Tensor>& outputs, const std::vector<int64_t>& rows);
+
+/// The pixel rows of `dedup`'s distinct units, in order (pixel_values
+/// itself when nothing repeats).
+at::Tensor distinct_pixels(
+    const at::Tensor& pixel_values, const FrameDedup& dedup);
+
+/// Distinct output rows -> one row per use token (index_select, whose
+/// backward sums the gradients of a row's uses); nothing when nothing
+/// repeats.
+void expand_uses(const FrameDedup& dedup, std::vector<at::Tensor>& outputs);
 
 }  // namespace internal
 }  // namespace frameshard

@@ -102,6 +102,10 @@ internal::MeshRecord check_local_inputs(
   mine.cp = o.cp;
   mine.options = internal::plan_options_fingerprint(o.plan, o.dp, o.cp);
   mine.tower_trainable = o.tower_trainable;
+  // Dedup is a mesh-wide choice: part of the options every rank compares.
+  if (o.dedup) {
+    mine.options ^= 0x5d5d5d5d5d5d5d5dULL;
+  }
   try {
     TORCH_CHECK(
         o.dp >= 1 && o.dp <= kMaxMeshReplicas && o.cp >= 1 &&
@@ -141,12 +145,23 @@ internal::MeshRecord check_local_inputs(
     check_pixel_rows(frames, px.size(0));
     check_token_owner(o.token_owner, frames.total_tokens, o.cp, c.prefix);
     mine.tokens = frames.total_tokens;
+    if (o.dedup) {
+      TORCH_CHECK(
+          o.unit_keys.size() == frames.units.size(),
+          c.prefix,
+          "expected one unit key per frame unit of this replica (",
+          frames.units.size(),
+          "), got ",
+          o.unit_keys.size());
+    }
     mine.grid = std::move(grid);
     mine.owner_mode = !o.token_owner.empty();
     mine.owner_fp = internal::owner_fingerprint(o.token_owner);
     if (c.rank % o.cp == 0) {
       mine.owners = o.token_owner;  // the replica's map travels once
+      mine.keys = o.unit_keys;
     }
+    mine.keys_fp = o.dedup ? internal::keys_fingerprint(o.unit_keys) : 0;
   } catch (...) {
     mine.ok = false;
     mine.error = "while checking its inputs: " +
@@ -170,7 +185,7 @@ MeshPlan plan_mesh(
     replicas.push_back(records[first].grid);
   }
   try {
-    return make_mesh_plan(replicas, mo);
+    return make_mesh_plan(replicas, mo, internal::replica_keys(records));
   } catch (const std::exception& e) {
     TORCH_CHECK(
         false, c.prefix, "every rank failed while planning: ", e.what());
@@ -209,14 +224,28 @@ std::vector<internal::ConsensusRecord> run_and_agree(
       c.group, mine, expected_rows, c.device, c.options.timeout, kMeshEncodeFn);
 }
 
-/// The replicated path: each rank encodes its own replica's frames.
-MeshEncodeResult encode_replicated(const MeshCall& c, MeshPlan mp) {
+/// The replicated path: each rank encodes its own replica's frames (with
+/// dedup, each distinct frame of its replica once).
+MeshEncodeResult encode_replicated(
+    const MeshCall& c,
+    MeshPlan mp,
+    const std::vector<internal::MeshRecord>& records) {
   const int64_t cp = c.options.cp;
+  const auto keys = internal::replica_keys(records);
+  std::vector<FrameDedup> dedup(static_cast<size_t>(c.options.dp));
   std::vector<int64_t> expected(static_cast<size_t>(c.world));
   for (int64_t m = 0; m < c.world; ++m) {
     const int64_t q = m / cp;
     expected[m] = mp.replica_tokens[q + 1] - mp.replica_tokens[q];
+    if (!keys.empty() && expected[m] > 0) {
+      if (m % cp == 0) {
+        dedup[q] =
+            dedup_frames(records[m].grid, keys[q], c.options.plan.layout);
+      }
+      expected[m] = dedup[q].distinct_tokens;
+    }
   }
+  const FrameDedup& mine_dedup = dedup[c.rank / cp];
   internal::LocalOutputs lo;
   const internal::PieceExchangeState no_exchange;
   run_and_agree(c, expected, no_exchange, [&](auto& mine, auto& stage) {
@@ -228,15 +257,18 @@ MeshEncodeResult encode_replicated(const MeshCall& c, MeshPlan mp) {
     }
     lo = internal::run_tower_step(
         c.tower,
-        whole_frames_input(c.pixel_values, c.grid),
+        whole_frames_input(
+            internal::distinct_pixels(c.pixel_values, mine_dedup),
+            mine_dedup.identity() ? c.grid : mine_dedup.grid),
         expected[c.rank],
-        "the merged tokens of its replica's frames",
+        "the merged tokens of its replica's distinct frames",
         -1,
         c.rank,
         c.prefix,
         stage);
     internal::describe_outputs(lo, false, mine);
   });
+  internal::expand_uses(mine_dedup, lo.outputs);
   MeshEncodeResult res;
   if (!c.options.token_owner.empty()) {
     res.tokens = internal::owned_rows(c.options.token_owner, c.rank % cp);
@@ -381,7 +413,7 @@ MeshEncodeResult encode_mesh(
   // (b) the plan; then (c) to (f), or the replicated path.
   MeshPlan mp = plan_mesh(records, c);
   if (!mp.plan.sharded()) {
-    return encode_replicated(c, std::move(mp));
+    return encode_replicated(c, std::move(mp), records);
   }
   return encode_sharded(c, std::move(mp), internal::replica_owners(records));
 }

@@ -19,7 +19,7 @@ namespace internal {
 
 namespace {
 
-constexpr int64_t kMeshMagic = 0x46534e4d45303031;  // "FSNME001"
+constexpr int64_t kMeshMagic = 0x46534e4d45303032;  // "FSNME002"
 enum MeshWord : int64_t {
   kMwMagic = 0,
   kMwLength,  // words of the whole record
@@ -35,6 +35,8 @@ enum MeshWord : int64_t {
   kMwOwnerMode,
   kMwOwnerFingerprint,
   kMwOwnerRuns,  // (owner, count) runs after the grid, 2 words each
+  kMwKeysFingerprint,
+  kMwKeys,  // unit keys after the owner runs, 2 words each
   kMwMessageLength,
   kMwMessage,  // kConsensusMessageBytes bytes
   kMwHeader = kMwMessage + kConsensusMessageBytes / 8,
@@ -90,16 +92,22 @@ std::vector<int64_t> pack_mesh_record(const MeshRecord& r) {
     i = j;
   }
   w[kMwOwnerRuns] = runs;
+  w[kMwKeysFingerprint] = as_word(r.keys_fp);
+  w[kMwKeys] = static_cast<int64_t>(r.keys.size());
+  for (const UnitKey& k : r.keys) {
+    w.insert(w.end(), {as_word(k.hi), as_word(k.lo)});
+  }
   w[kMwLength] = static_cast<int64_t>(w.size());
   return w;
 }
 
 MeshRecord unpack_mesh_record(
     const int64_t* w, int64_t length, int rank, const std::string& prefix) {
-  const bool framed =
-      length >= kMwHeader && w[kMwMagic] == kMeshMagic &&
-      w[kMwLength] == length && w[kMwMedia] >= 0 && w[kMwOwnerRuns] >= 0 &&
-      length == kMwHeader + 3 * w[kMwMedia] + 2 * w[kMwOwnerRuns];
+  const bool framed = length >= kMwHeader && w[kMwMagic] == kMeshMagic &&
+                      w[kMwLength] == length && w[kMwMedia] >= 0 &&
+                      w[kMwOwnerRuns] >= 0 && w[kMwKeys] >= 0 &&
+                      length == kMwHeader + 3 * w[kMwMedia] +
+                                    2 * w[kMwOwnerRuns] + 2 * w[kMwKeys];
   TORCH_CHECK(
       framed,
       prefix,
@@ -136,6 +144,10 @@ MeshRecord unpack_mesh_record(
         r.tokens,
         " visual tokens");
     r.owners.insert(r.owners.end(), static_cast<size_t>(p[1]), p[0]);
+  }
+  r.keys_fp = as_hash(w[kMwKeysFingerprint]);
+  for (int64_t i = 0; i < w[kMwKeys]; ++i, p += 2) {
+    r.keys.push_back({as_hash(p[0]), as_hash(p[1])});
   }
   return r;
 }
@@ -239,6 +251,20 @@ void check_replicas(
           r,
           b.owner_mode ? " has fingerprint " + fingerprint_hex(b.owner_fp)
                        : std::string(" passes none"));
+      TORCH_CHECK(
+          a.keys_fp == b.keys_fp,
+          prefix,
+          "cp ranks of replica ",
+          replica,
+          " disagree on their frames' dedup keys: rank ",
+          first,
+          " has fingerprint ",
+          fingerprint_hex(a.keys_fp),
+          ", rank ",
+          r,
+          " has ",
+          fingerprint_hex(b.keys_fp),
+          " (every cp rank of a replica passes the same pixel rows)");
     }
   }
   // Owner routing is all or nothing: a replica with visual tokens and no
@@ -345,6 +371,29 @@ void check_mesh_records(
   }
   check_mesh_wide(records, prefix);
   check_replicas(records, prefix);
+}
+
+uint64_t keys_fingerprint(const std::vector<UnitKey>& keys) {
+  Fingerprint fp;
+  fp.add(static_cast<int64_t>(keys.size()));
+  for (const UnitKey& k : keys) {
+    fp.add(as_word(k.hi));
+    fp.add(as_word(k.lo));
+  }
+  return fp.finish();
+}
+
+std::vector<std::vector<UnitKey>> replica_keys(
+    const std::vector<MeshRecord>& records) {
+  const int64_t cp = records[0].cp;
+  std::vector<std::vector<UnitKey>> keys;
+  bool any = false;
+  for (size_t first = 0; first < records.size();
+       first += static_cast<size_t>(cp)) {
+    keys.push_back(records[first].keys);
+    any = any || records[first].keys_fp != 0;
+  }
+  return any ? keys : std::vector<std::vector<UnitKey>>{};
 }
 
 std::vector<std::vector<int64_t>> replica_owners(

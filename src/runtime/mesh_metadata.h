@@ -14,6 +14,7 @@
 // Defined in src/runtime/mesh_metadata.cpp.
 #pragma once
 
+#include <frameshard/dedup.h>
 #include <frameshard/plan.h>
 #include <frameshard/runtime/process_group.h>
 
@@ -43,6 +44,10 @@ struct MeshRecord {
   /// Its token_owner, when it sends it (cp rank 0 of its replica; empty on
   /// the other ranks).
   std::vector<int64_t> owners;
+  /// Dedup (MeshEncodeOptions::unit_keys): the fingerprint of its keys, and
+  /// the keys themselves when it sends them (cp rank 0 of its replica).
+  uint64_t keys_fp = 0;
+  std::vector<UnitKey> keys;
 };
 
 /// Fingerprint of everything but the grids that the mesh plan depends on
@@ -66,6 +71,14 @@ std::vector<MeshRecord> exchange_mesh_records(
 /// tower_trainable, dtype, width, and each replica one grid and owner map.
 void check_mesh_records(
     const std::vector<MeshRecord>& records, const std::string& prefix);
+
+/// Each replica's unit keys (dp entries) from checked records: empty when
+/// the mesh runs without dedup.
+std::vector<std::vector<UnitKey>> replica_keys(
+    const std::vector<MeshRecord>& records);
+
+/// Fingerprint of a key list (the keys that cp ranks of a replica compare).
+uint64_t keys_fingerprint(const std::vector<UnitKey>& keys);
 
 /// Each replica's owner map (dp entries) from checked records: empty maps
 /// when no rank passes one.

@@ -127,7 +127,7 @@ TEST(EncodeErrors, RanksWithOneGridButDifferentOwnerMapsNameTheFingerprints) {
   expect_same_error_everywhere(
       outcomes, "ranks disagree on the plan fingerprint: rank 0 has 0x");
   EXPECT_NE(
-      outcomes[0].error.find("(different grid_thw or options?)"),
+      outcomes[0].error.find("(different grid_thw, options or dedup keys?)"),
       std::string::npos);
   EXPECT_EQ(outcomes[0].error.find("grid_thw row"), std::string::npos);
 }

@@ -16,6 +16,7 @@
 //
 // Errors are in mesh_encode_errors_test.cpp.
 
+#include <frameshard/runtime/frame_keys.h>
 #include <frameshard/runtime/mesh_encode.h>
 
 #include "testing/mesh_problem.h"
@@ -26,6 +27,8 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <array>
 
 #include <string>
 #include <tuple>
@@ -46,6 +49,10 @@ struct MeshCase {
   bool owners = false;
   bool frame_context = false;  // the tower of split frames (mesh_problem.h)
   uint64_t seed = 0;
+  /// Repeated frames: {replica, unit, from replica, from unit}: the unit's
+  /// pixel rows become a copy of the other's (equal shapes).
+  std::vector<std::array<int, 4>> copies;
+  bool dedup = false;  // MeshEncodeOptions::dedup, keys by frame_keys
 };
 
 struct MeshRankRun {
@@ -54,6 +61,7 @@ struct MeshRankRun {
   int allgathers = 0;
   int alltoalls_forward = 0;
   int alltoalls_total = 0;
+  int64_t tower_rows = 0;  // pixel rows its tower got
 };
 
 struct MeshRun {
@@ -63,8 +71,16 @@ struct MeshRun {
 
 MeshRun run_mesh(const MeshCase& c) {
   torch::manual_seed(c.seed);
-  const testing::MeshProblem problem = testing::make_mesh_problem(
+  testing::MeshProblem problem = testing::make_mesh_problem(
       c.replicas, c.cp, c.plan.layout, c.owners, c.frame_context);
+  for (const auto& [q, unit, from_q, from_unit] : c.copies) {
+    const FrameUnit a = expand_frames(c.replicas[q], c.plan.layout).units[unit];
+    const FrameUnit b =
+        expand_frames(c.replicas[from_q], c.plan.layout).units[from_unit];
+    problem.pixels[q]
+        .narrow(0, a.pixel_offset, a.patch_rows)
+        .copy_(problem.pixels[from_q].narrow(0, b.pixel_offset, b.patch_rows));
+  }
   MeshRun run;
   run.ref = testing::mesh_reference(problem, c.dp);
   run.ranks.resize(static_cast<size_t>(c.dp * c.cp));
@@ -79,8 +95,17 @@ MeshRun run_mesh(const MeshCase& c) {
     o.plan = c.plan;
     o.token_owner = problem.owners[q];
     MeshRankRun& r = run.ranks[rank];
+    const at::Tensor grid = grid_to_tensor(c.replicas[q]);
+    if (c.dedup) {
+      o.dedup = true;
+      o.unit_keys = frame_keys(problem.pixels[q], grid, c.plan.layout);
+    }
+    const VisionTower tower = problem.tower(mine);
     r.res = encode_mesh(
-        problem.tower(mine),
+        [&](const TowerInput& in) {
+          r.tower_rows += in.pixel_values.size(0);
+          return tower(in);
+        },
         problem.pixels[q],
         grid_to_tensor(c.replicas[q]),
         counting,
@@ -291,6 +316,94 @@ TEST(MeshEncode, ReplicatedPathEncodesEachReplicaLocallyWithoutPayload) {
     if (!no_media) {
       expect_mesh_parity(run, c);
     }
+  }
+}
+
+// A GRPO group spread over replicas: replica 0 holds images A, B, A and
+// replica 1 holds B, A, B, C (A, B, C of different shapes).
+MeshCase spread_group(int dp, int cp) {
+  MeshCase c;
+  c.dp = dp;
+  c.cp = cp;
+  c.replicas = {
+      {{1, 8, 8}, {1, 4, 8}, {1, 8, 8}},
+      {{1, 4, 8}, {1, 8, 8}, {1, 4, 8}, {1, 8, 4}}};
+  c.copies = {{0, 2, 0, 0}, {1, 0, 0, 1}, {1, 1, 0, 0}, {1, 2, 0, 1}};
+  if (dp == 3) {
+    c.replicas.push_back({{1, 8, 8}, {1, 8, 4}});  // A and C again
+    c.copies.push_back({2, 0, 0, 0});
+    c.copies.push_back({2, 1, 1, 3});
+  }
+  c.dedup = true;
+  c.seed = 8;
+  return c;
+}
+
+TEST(MeshEncode, DedupEncodesEachDistinctFrameOnceInTheWholeMesh) {
+  for (auto [dp, cp] : {std::pair<int, int>{2, 1}, {2, 2}, {3, 2}}) {
+    SCOPED_TRACE("dp " + std::to_string(dp) + " cp " + std::to_string(cp));
+    MeshCase c = spread_group(dp, cp);
+    c.owners = cp == 2;
+    const MeshRun run = run_mesh(c);
+    const MeshPlan& mp = run.ranks[0].res.plan;
+    ASSERT_TRUE(mp.plan.sharded());
+    EXPECT_EQ(mp.dedup.distinct_units, 3);
+    EXPECT_EQ(mp.dedup.units, dp == 3 ? 9 : 7);
+    expect_mesh_parity(run, c);
+    // The mesh's towers see A, B and C once (64 + 32 + 32 rows) and a dummy
+    // frame (4 rows) on each rank left without one.
+    int64_t rows = 0;
+    int64_t dummies = 0;
+    for (int m = 0; m < dp * cp; ++m) {
+      rows += run.ranks[m].tower_rows;
+      dummies += mp.plan.ranks[m].dummy_frames;
+    }
+    EXPECT_EQ(rows, 128 + 4 * dummies);
+  }
+}
+
+TEST(MeshEncode, DedupWithSplitFramesAndOnTheReplicatedPath) {
+  MeshCase split = spread_group(2, 2);
+  split.replicas[1].push_back({1, 32, 32});
+  split.replicas[0].push_back({1, 32, 32});
+  split.copies.push_back({1, 4, 0, 3});
+  split.plan.split.enabled = true;
+  split.plan.split.min_gain = 0.0;
+  split.frame_context = true;
+  const MeshRun run = run_mesh(split);
+  ASSERT_TRUE(run.ranks[0].res.plan.plan.split);
+  EXPECT_EQ(run.ranks[0].res.plan.dedup.distinct_units, 4);
+  expect_mesh_parity(run, split);
+  // The replicated path dedups within each replica.
+  MeshCase local = spread_group(2, 2);
+  local.plan.policy.enabled = false;
+  const MeshRun rep = run_mesh(local);
+  EXPECT_FALSE(rep.ranks[0].res.plan.plan.sharded());
+  expect_mesh_parity(rep, local);
+  EXPECT_EQ(rep.ranks[0].tower_rows, 64 + 32);       // A, B
+  EXPECT_EQ(rep.ranks[2].tower_rows, 32 + 64 + 32);  // B, A, C
+}
+
+TEST(MeshEncode, DedupWithoutRepeatsIsTheMeshWithoutDedup) {
+  MeshCase on;
+  on.dp = 2;
+  on.cp = 2;
+  on.replicas = {kMixedGrid, {{1, 8, 8}, {2, 4, 4}}};
+  on.dedup = true;
+  on.seed = 9;
+  MeshCase off = on;
+  off.dedup = false;
+  const MeshRun a = run_mesh(on);
+  const MeshRun b = run_mesh(off);
+  for (int m = 0; m < 4; ++m) {
+    EXPECT_EQ(
+        a.ranks[m].res.plan.plan.fingerprint,
+        b.ranks[m].res.plan.plan.fingerprint);
+    for (size_t i = 0; i < a.ranks[m].res.outputs.size(); ++i) {
+      EXPECT_TRUE(
+          at::equal(a.ranks[m].res.outputs[i], b.ranks[m].res.outputs[i]));
+    }
+    EXPECT_EQ(a.ranks[m].tower_rows, b.ranks[m].tower_rows);
   }
 }
 

@@ -54,6 +54,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(x.tower, y.tower);
   EXPECT_EQ(x.policy, y.policy);
   EXPECT_DOUBLE_EQ(x.gather_bandwidth_gbps, y.gather_bandwidth_gbps);
+  EXPECT_EQ(x.dedup, y.dedup);
 }
 
 // ---------------------------------------------------------------- defaults
@@ -268,7 +269,7 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
       "(enabled, mesh_dims, min_tokens, min_frames, min_local_patch_rows, "
       "cost_alpha, partitioner, gather, split_frames, split_exchange_cost, "
       "split_min_gain, split_exchange_latency_us, tower, policy, "
-      "gather_bandwidth_gbps)");
+      "gather_bandwidth_gbps, dedup)");
 
   msg = error_of(
       [] { parse_config("distributed:\n  multimodal:\n    audio: {}\n"); });
@@ -295,7 +296,8 @@ TEST(Config, FrameShardingKeysAreTheSchemasKeysInDeclarationOrder) {
           "split_exchange_latency_us",
           "tower",
           "policy",
-          "gather_bandwidth_gbps"}));
+          "gather_bandwidth_gbps",
+          "dedup"}));
   // Each one is a key an override accepts (the schema, not a second list).
   for (const std::string& key : keys) {
     Config c;

@@ -20,6 +20,19 @@
 //      with token_owner, send each row only to the rank that owns it (ONE
 //      all-to-all, frameshard/runtime/route.h).
 //
+// Dedup (options.unit_keys, frame_sharding.dedup; frameshard/dedup.h): the
+// plan covers the distinct frame units only, the tower sees each distinct
+// unit's rows once in the whole group, and every use of a unit receives its
+// rows: after the all-gather by a local index_select, with token_owner in
+// the same one all-to-all (a row goes once to each rank owning one of its
+// uses). The backward sums the gradients of all uses of a row before the
+// tower's backward: exact for a deterministic tower (dedup.h says why the
+// Qwen, GLM-4V and RADIO towers are; a tower with dropout in training draws
+// one mask per distinct frame instead of one per use). Without repeats the
+// plan and outputs are exactly those of dedup off. The keys join the plan
+// fingerprint of the consensus: ranks with different keys raise the same
+// error.
+//
 // The tower is a frameshard::VisionTower (frameshard/tower.h): anything
 // callable on a TowerInput returning one or more [rows, hidden_i] tensors of
 // one dtype (e.g. embeddings and DeepStack features); rows are merged tokens
@@ -45,6 +58,7 @@
 // and options.
 #pragma once
 
+#include <frameshard/dedup.h>
 #include <frameshard/plan.h>
 #include <frameshard/runtime/gather.h>
 #include <frameshard/runtime/process_group.h>
@@ -76,6 +90,10 @@ struct EncodeOptions {
   /// ascending token order, moved by one all-to-all on the sharded path
   /// (selected locally on the replicated one).
   std::vector<int64_t> token_owner;
+  /// One content key per frame unit of grid_thw (frame_keys in
+  /// frameshard/runtime/frame_keys.h, or media_unit_keys): encode each
+  /// distinct unit once. Empty: no dedup. Ranks must pass equal keys.
+  std::vector<UnitKey> unit_keys;
 };
 
 struct EncodeResult {
@@ -91,6 +109,9 @@ struct EncodeResult {
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t allgather_bytes_received = 0;
+  /// With unit_keys: the distinct units (plan covers dedup.grid); otherwise
+  /// units == distinct_units == 0.
+  FrameDedup dedup;
 };
 
 /// What rank `rank` of a sharded `plan` feeds its tower (step 2): its real

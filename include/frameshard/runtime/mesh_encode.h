@@ -35,6 +35,13 @@
 // other replicas' frames or a dummy frame), and a text-only replica's ranks
 // get [0, hidden_i] outputs.
 //
+// Dedup (options.unit_keys): the mesh plan covers the distinct units of
+// ALL replicas (a GRPO group spread over replicas is encoded once); a
+// distinct unit's pixels leave from the replica of its first use, and its
+// rows go, in the same output all-to-all, once to every rank consuming one
+// of its uses (frameshard/dedup.h). The replicated path dedups within each
+// replica. Gradients: the sum over uses, as below.
+//
 // Gradients: the output all-to-all's backward returns each gradient row to
 // the rank that encoded it, summed over the cp ranks of its replica that
 // received it (index_select's backward). With the usual gradient
@@ -99,6 +106,13 @@ struct MeshEncodeOptions {
   /// Empty: every cp rank of the replica receives all its rows. Once one
   /// replica passes a map, every replica with visual tokens must.
   std::vector<int64_t> token_owner;
+  /// Encode each distinct frame unit once in the whole mesh
+  /// (frameshard/dedup.h); every rank must agree. Then unit_keys holds one
+  /// content key per frame unit of THIS replica's grid_thw (frame_keys,
+  /// frameshard/runtime/frame_keys.h; none for a text-only replica), equal
+  /// on the cp ranks of a replica.
+  bool dedup = false;
+  std::vector<UnitKey> unit_keys;
 };
 
 struct MeshEncodeResult {

@@ -1,0 +1,39 @@
+// File: frameshard/runtime/frame_keys.h
+//
+// Content keys of frame units for frame_sharding.dedup
+// (frameshard/dedup.h): a 128-bit hash of each unit's pixel rows, computed
+// with tensor ops on the device where the rows live (one host copy of two
+// int64 per unit at the end), mixed with the unit's shape, the feature
+// width and the dtype. Two lanes with independent constants: each mixes
+// every element with its column, sums a row, mixes the row sum with the
+// row's index inside its unit, and sums the unit's rows. Integer sums wrap
+// modulo 2^64, so the result does not depend on the reduction order (the
+// same on CPU and CUDA, any thread count).
+//
+// Cost (bench/frame_keys, docs/performance.md "Dedup"): about ten
+// elementwise passes over the pixel rows as int64, a small fraction of one
+// tower layer on the same rows.
+//
+// Usage:
+//   auto keys = frameshard::frame_keys(pixel_values, grid_thw, layout);
+//   auto d = frameshard::dedup_frames(grid, keys, layout);
+//
+// Not collective.
+#pragma once
+
+#include <frameshard/dedup.h>
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+namespace frameshard {
+
+/// One key per frame unit of `grid_thw` (expand_frames order).
+/// frameshard::Error for a bad grid or pixel rows that do not match it.
+std::vector<UnitKey> frame_keys(
+    const at::Tensor& pixel_values,
+    const at::Tensor& grid_thw,
+    const MediaLayout& layout = {});
+
+}  // namespace frameshard
