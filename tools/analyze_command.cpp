@@ -8,6 +8,10 @@
 //   frameshard analyze examples/manifests/infovqa.jsonl --family qwen2-vl
 //   frameshard analyze m.jsonl --json --plot m.svg
 //       --distributed.multimodal.vision.frame_sharding.policy auto  (one line)
+//   frameshard analyze --preset grpo --batches 4   (seeded presets instead:
+//       batch k is the preset of seed --seed + k; the grpo preset's repeats
+//       are reported as distinct and total frames, and planned once each
+//       with frame_sharding.dedup)
 #include "analyze_report.h"
 #include "commands.h"
 #include "dotted_overrides.h"
@@ -16,6 +20,7 @@
 #include <frameshard/config.h>
 #include <frameshard/error.h>
 #include <frameshard/media_manifest.h>
+#include <frameshard/workload.h>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +36,9 @@ namespace {
 
 struct AnalyzeArgs {
   std::string manifest;
+  std::string preset;  // instead of a manifest
+  uint64_t seed = 0;
+  int64_t batches = 4;
   std::string family = "qwen3-vl";
   std::string config;
   std::vector<int64_t> cps{2, 4, 8, 16, 32, 64};
@@ -52,6 +60,78 @@ void emit_grids(const std::vector<MediaSample>& samples) {
   }
 }
 
+// The manifest's samples, packed --samples-per-batch at a time, planned
+// with the family's processor layout. False after --emit-grids.
+bool manifest_batches(
+    const AnalyzeArgs& args,
+    AnalyzeContext& ctx,
+    AnalyzeOptions& o,
+    std::vector<std::vector<GridThw>>& batches) {
+  const ProcessorRule& rule = processor_rule(args.family);
+  const std::vector<MediaSample> samples =
+      load_media_manifest(args.manifest, rule);
+  if (args.emit_grids) {
+    emit_grids(samples);
+    return false;
+  }
+  ctx.manifest = args.manifest;
+  ctx.family = args.family;
+  ctx.samples = static_cast<int64_t>(samples.size());
+  ctx.samples_per_batch = args.samples_per_batch;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (i % static_cast<std::size_t>(args.samples_per_batch) == 0) {
+      batches.emplace_back();
+    }
+    const MediaSample& s = samples[i];
+    batches.back().insert(batches.back().end(), s.grid.begin(), s.grid.end());
+    ctx.images += s.images;
+    ctx.videos += s.videos;
+  }
+  o.plan.layout = MediaLayout{rule.merge_size, rule.temporal_patch_size};
+  return true;
+}
+
+// --batches draws of a preset (seeds --seed, --seed + 1, ...), each one
+// batch, with the media ids of the presets that have them (grpo).
+std::vector<std::vector<GridThw>> preset_batches(
+    const AnalyzeArgs& args, AnalyzeContext& ctx, AnalyzeOptions& o) {
+  std::vector<std::vector<GridThw>> batches;
+  for (int64_t k = 0; k < args.batches; ++k) {
+    Workload wl =
+        preset_workload(args.preset, args.seed + static_cast<uint64_t>(k));
+    o.plan.layout = wl.layout;
+    if (!wl.media_ids.empty()) {
+      o.media_ids.push_back(std::move(wl.media_ids));
+    }
+    for (const GridThw& g : wl.grid) {
+      (g.t > 1 ? ctx.videos : ctx.images) += 1;
+    }
+    batches.push_back(std::move(wl.grid));
+  }
+  ctx.preset = args.preset;
+  ctx.seed = args.seed;
+  ctx.family = args.family;
+  ctx.samples = args.batches;
+  return batches;
+}
+
+// MANIFEST is not a CLI11 positional: that would take the value of a dotted
+// override (`--...frame_sharding.dedup true`) when --preset replaces it.
+// The first argument that is neither an override nor its value.
+std::string take_manifest(std::vector<std::string>& extras) {
+  for (std::size_t i = 0; i < extras.size(); ++i) {
+    const std::string& a = extras[i];
+    if (a.rfind("--", 0) == 0) {
+      i += a.find('=') == std::string::npos ? 1 : 0;  // skip its value
+      continue;
+    }
+    std::string manifest = a;
+    extras.erase(extras.begin() + static_cast<std::ptrdiff_t>(i));
+    return manifest;
+  }
+  return "";
+}
+
 void run_analyze(const AnalyzeArgs& args, const std::vector<std::string>& ex) {
   // Precedence: defaults (the family's tower) < --config < dotted
   // overrides; sharding is always enabled (analyze shows what it would do).
@@ -69,34 +149,27 @@ void run_analyze(const AnalyzeArgs& args, const std::vector<std::string>& ex) {
       std::string(kFrameShardingPath) + ".policy auto");
   config.frame_sharding.enabled = true;
 
-  const ProcessorRule& rule = processor_rule(args.family);
-  const std::vector<MediaSample> samples =
-      load_media_manifest(args.manifest, rule);
-  if (args.emit_grids) {
-    emit_grids(samples);
-    return;
-  }
   AnalyzeContext ctx;
-  ctx.manifest = args.manifest;
-  ctx.family = args.family;
-  ctx.samples = static_cast<int64_t>(samples.size());
-  ctx.samples_per_batch = args.samples_per_batch;
-  std::vector<std::vector<GridThw>> batches;
-  for (std::size_t i = 0; i < samples.size(); ++i) {
-    if (i % static_cast<std::size_t>(args.samples_per_batch) == 0) {
-      batches.emplace_back();
-    }
-    const MediaSample& s = samples[i];
-    batches.back().insert(batches.back().end(), s.grid.begin(), s.grid.end());
-    ctx.images += s.images;
-    ctx.videos += s.videos;
-  }
-
   AnalyzeOptions o;
   o.cps = args.cps;
   o.plan = plan_options(config);
-  o.plan.layout = MediaLayout{rule.merge_size, rule.temporal_patch_size};
+  o.dedup = config.frame_sharding.dedup;
+  std::vector<std::vector<GridThw>> batches;
+  if (!args.preset.empty()) {
+    batches = preset_batches(args, ctx, o);
+    if (args.emit_grids) {
+      std::vector<MediaSample> samples(batches.size());
+      for (std::size_t b = 0; b < batches.size(); ++b) {
+        samples[b].grid = batches[b];
+      }
+      emit_grids(samples);
+      return;
+    }
+  } else if (!manifest_batches(args, ctx, o, batches)) {
+    return;  // --emit-grids printed them
+  }
   ctx.plan = o.plan;
+  ctx.dedup = o.dedup;
   const WorkloadAnalysis a = analyze_batches(batches, o);
 
   if (!args.plot.empty()) {
@@ -129,7 +202,8 @@ void register_analyze_command(CLI::App& app) {
       "batches that would shard, the predicted vision speed-up, imbalance "
       "and gather volume.");
   sub->footer(
-      "MANIFEST: JSONL, one sample per line: {\"images\": [[h, w], ...]}, "
+      "MANIFEST (first argument that is not an option): JSONL, one sample "
+      "per line: {\"images\": [[h, w], ...]}, "
       "{\"videos\": [{\"frames\": n, \"fps\": f, \"height\": h, \"width\": "
       "w}]} (pixels, before preprocessing) and/or {\"grid_thw\": [[t, h, "
       "w]]} (frameshard/media_manifest.h).\n"
@@ -138,8 +212,17 @@ void register_analyze_command(CLI::App& app) {
       "  --distributed.multimodal.vision.frame_sharding.policy auto\n"
       "  --distributed.multimodal.vision.frame_sharding.cost_alpha cal.txt\n"
       "Frame sharding is always enabled here.");
-  sub->add_option("manifest", args->manifest, "Dataset manifest (JSONL)")
-      ->required();
+  sub->add_option(
+         "--preset",
+         args->preset,
+         "A seeded preset instead of a MANIFEST (doc | multi | video | "
+         "mixed | grpo), --batches draws of it")
+      ->check(CLI::IsMember(workload_preset_names()));
+  sub->add_option("--seed", args->seed, "--preset: the first batch's seed")
+      ->capture_default_str();
+  sub->add_option("--batches", args->batches, "--preset: batches drawn")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->capture_default_str();
   sub->add_option(
          "--family", args->family, "Processor rule and tower of the cost model")
       ->check(CLI::IsMember(processor_rule_names()))
@@ -161,7 +244,14 @@ void register_analyze_command(CLI::App& app) {
       "Only print each sample's grid_thw (a training manifest) and stop");
   sub->add_option("--plot", args->plot, "Write an SVG plot of the speed-up");
   sub->allow_extras();
-  sub->callback([args, sub] { run_analyze(*args, sub->remaining()); });
+  sub->callback([args, sub] {
+    std::vector<std::string> extras = sub->remaining();
+    args->manifest = take_manifest(extras);
+    if (args->manifest.empty() == args->preset.empty()) {
+      throw CLI::RequiredError("one of a MANIFEST and --preset");
+    }
+    run_analyze(*args, extras);
+  });
 }
 
 }  // namespace cli

@@ -10,15 +10,44 @@
 namespace frameshard {
 namespace cli {
 
+namespace {
+
+// Repeated media (media_ids): each item once against every use, and what
+// the plans covered.
+void print_distinct(
+    std::ostream& os, const AnalyzeContext& ctx, const WorkloadAnalysis& a) {
+  if (a.distinct_frame_units == a.frame_units &&
+      a.distinct_patch_rows == a.patch_rows) {
+    return;
+  }
+  os << "  distinct: " << a.distinct_frame_units << "/" << a.frame_units
+     << " frame units, " << a.distinct_patch_rows << "/" << a.patch_rows
+     << " patch rows, " << a.distinct_tokens << "/" << a.tokens
+     << " tokens (media_ids); planned over "
+     << (ctx.dedup ? "the distinct units (frame_sharding.dedup true)"
+                   : "every use (frame_sharding.dedup false)")
+     << "\n";
+}
+
+}  // namespace
+
 void print_analysis(
     std::ostream& os, const AnalyzeContext& ctx, const WorkloadAnalysis& a) {
-  os << "analyze " << ctx.manifest << ": " << ctx.samples << " samples ("
-     << ctx.images << " images, " << ctx.videos << " videos) in " << a.batches
-     << " batches of " << ctx.samples_per_batch << ", " << ctx.family
-     << " processor\n"
-     << "  " << a.frame_units << " frame units, " << a.patch_rows
-     << " patch rows, " << a.tokens << " visual tokens\n"
-     << "  policy " << describe_policy(ctx.plan.policy) << "; cost "
+  if (ctx.preset.empty()) {
+    os << "analyze " << ctx.manifest << ": " << ctx.samples << " samples ("
+       << ctx.images << " images, " << ctx.videos << " videos) in " << a.batches
+       << " batches of " << ctx.samples_per_batch << ", " << ctx.family
+       << " processor\n";
+  } else {
+    os << "analyze preset " << ctx.preset << ", seeds " << ctx.seed << " to "
+       << ctx.seed + static_cast<uint64_t>(a.batches) - 1 << ": " << a.batches
+       << " batches (" << ctx.images << " images, " << ctx.videos
+       << " videos), " << ctx.family << " cost model\n";
+  }
+  os << "  " << a.frame_units << " frame units, " << a.patch_rows
+     << " patch rows, " << a.tokens << " visual tokens\n";
+  print_distinct(os, ctx, a);
+  os << "  policy " << describe_policy(ctx.plan.policy) << "; cost "
      << ctx.plan.cost.label << "\n"
      << "  speedup = replicated vision cost / sharded (slowest rank); "
         "+gather adds the modelled gather at "
@@ -71,8 +100,7 @@ nlohmann::json analysis_json(
     }
     rows.push_back({{"cp", row.cp}, {"partitioners", methods}});
   }
-  return {
-      {"manifest", ctx.manifest},
+  nlohmann::json j = {
       {"family", ctx.family},
       {"samples", ctx.samples},
       {"samples_per_batch", ctx.samples_per_batch},
@@ -85,7 +113,18 @@ nlohmann::json analysis_json(
       {"policy", to_string(ctx.plan.policy.kind)},
       {"gather_bandwidth_gbps", ctx.plan.policy.gather_bandwidth_gbps},
       {"cost", ctx.plan.cost.label},
+      {"distinct_frame_units", a.distinct_frame_units},
+      {"distinct_patch_rows", a.distinct_patch_rows},
+      {"distinct_tokens", a.distinct_tokens},
+      {"dedup", ctx.dedup},
       {"rows", rows}};
+  if (ctx.preset.empty()) {
+    j["manifest"] = ctx.manifest;
+  } else {
+    j["preset"] = ctx.preset;
+    j["seed"] = ctx.seed;
+  }
+  return j;
 }
 
 std::string analysis_svg(const AnalyzeContext& ctx, const WorkloadAnalysis& a) {
@@ -109,7 +148,9 @@ std::string analysis_svg(const AnalyzeContext& ctx, const WorkloadAnalysis& a) {
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">"
     << xml_escape(
-           "frameshard analyze " + ctx.manifest + " (" + ctx.family + ")")
+           "frameshard analyze " +
+           (ctx.preset.empty() ? ctx.manifest : "preset " + ctx.preset) + " (" +
+           ctx.family + ")")
     << "</text>\n";
   for (double cp = 1; cp <= cp_max; cp *= 2) {
     s << "<line x1=\"" << x(cp) << "\" y1=\"" << y(0) << "\" x2=\"" << x(cp)

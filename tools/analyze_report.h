@@ -21,12 +21,15 @@ namespace cli {
 
 struct AnalyzeContext {
   std::string manifest;
+  std::string preset;  // analyze --preset instead of a manifest
+  uint64_t seed = 0;   // the first batch's seed (--preset)
   std::string family;
   int64_t samples = 0;
   int64_t samples_per_batch = 1;
   int64_t images = 0;
   int64_t videos = 0;
-  PlanOptions plan;  // the policy and cost model used
+  PlanOptions plan;    // the policy and cost model used
+  bool dedup = false;  // frame_sharding.dedup: planned the distinct units
 };
 
 void print_analysis(

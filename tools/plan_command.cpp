@@ -7,6 +7,7 @@
 
 #include <frameshard/config.h>
 #include <frameshard/cost.h>
+#include <frameshard/dedup.h>
 #include <frameshard/error.h>
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>
@@ -81,11 +82,14 @@ std::vector<Candidate> compare_partitioners(const ShardPlan& plan) {
 
 // ------------------------------------------------------------------ run
 
-void run_plan(const PlanArgs& args, const std::vector<std::string>& extras) {
-  // Precedence: defaults < --config < dotted overrides < --cp,
-  // --partitioner, --alpha, --split-frames.
+// The config of the plan and the note on where its `enabled` came from.
+// Precedence: defaults < --config < dotted overrides < --cp, --partitioner,
+// --alpha, --split-frames.
+Config plan_config(
+    const PlanArgs& args,
+    const std::vector<std::string>& extras,
+    std::string& policy_note) {
   Config config;
-  std::string policy_note;
   if (!args.config.empty()) {
     config = load_config(args.config);
     policy_note =
@@ -130,7 +134,12 @@ void run_plan(const PlanArgs& args, const std::vector<std::string>& extras) {
   if (args.split_frames) {
     apply_option(config, fs_key("split_frames"), "true", "--split-frames");
   }
+  return config;
+}
 
+void run_plan(const PlanArgs& args, const std::vector<std::string>& extras) {
+  std::string policy_note;
+  const Config config = plan_config(args, extras, policy_note);
   Workload wl;
   std::string origin;
   if (!args.workload.empty()) {
@@ -143,14 +152,26 @@ void run_plan(const PlanArgs& args, const std::vector<std::string>& extras) {
 
   PlanOptions opts = plan_options(config);
   opts.layout = wl.layout;
-  const ShardPlan plan = make_plan(wl.grid, opts);
+  // Repeated media (media_ids): their distinct units, planned alone with
+  // frame_sharding.dedup as encode would.
+  FrameDedup dedup;
+  if (!wl.media_ids.empty()) {
+    dedup = dedup_frames(
+        wl.grid,
+        media_id_unit_keys(wl.grid, wl.media_ids, wl.layout),
+        wl.layout);
+  }
+  const bool distinct = dedup.units > 0 && config.frame_sharding.dedup;
+  const ShardPlan plan = make_plan(distinct ? dedup.grid : wl.grid, opts);
   const PlanReport rep{
       wl,
       origin,
       plan,
       policy_note,
       compare_partitioners(plan),
-      tower_preset(config.frame_sharding.tower)};
+      tower_preset(config.frame_sharding.tower),
+      dedup,
+      distinct};
 
   if (!args.svg.empty()) {
     std::ofstream out(args.svg, std::ios::binary);
@@ -203,7 +224,8 @@ void register_plan_command(CLI::App& app) {
   auto* preset_opt = sub->add_option(
                             "--preset",
                             args->preset,
-                            "Synthetic workload: doc | multi | video | mixed")
+                            "Synthetic workload: doc | multi | video | mixed | "
+                            "grpo")
                          ->default_str("mixed");
   wl_opt->excludes(preset_opt);
   sub->add_option("--seed", args->seed, "Seed of the preset")->default_str("0");

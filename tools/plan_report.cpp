@@ -90,6 +90,18 @@ void print_header(std::ostream& os, const PlanReport& rep) {
      << plan.options.min_local_patch_rows << ", split_frames "
      << (plan.options.split.enabled ? "true" : "false") << ", fingerprint "
      << fingerprint_hex(plan.fingerprint) << "\n";
+  if (rep.dedup.units > 0) {
+    const FrameDedup& d = rep.dedup;
+    os << "dedup        frames " << grouped(d.distinct_units) << "/"
+       << grouped(d.units) << " distinct, rows "
+       << grouped(d.distinct_patch_rows) << "/" << grouped(d.patch_rows)
+       << ", tokens " << grouped(d.distinct_tokens) << "/" << grouped(d.tokens)
+       << " (media_ids); planned over "
+       << (rep.planned_distinct
+               ? "the distinct units (frame_sharding.dedup true)"
+               : "every use (frame_sharding.dedup false)")
+       << "\n";
+  }
   os << "policy       " << rep.policy_note << "; "
      << describe_policy(plan.options.policy) << "\n";
   os << "path         " << to_string(plan.path) << " (" << plan.reason << ")\n";
@@ -298,6 +310,17 @@ nlohmann::json plan_json(const PlanReport& rep) {
   j["exchange_rows"] = v.rows;
   j["exchange_mib"] = v.mib;
   j["ranks"] = ranks_json(plan);
+  if (rep.dedup.units > 0) {
+    const FrameDedup& d = rep.dedup;
+    j["dedup"] = {
+        {"planned_distinct", rep.planned_distinct},
+        {"frames_total", d.units},
+        {"frames_distinct", d.distinct_units},
+        {"rows_total", d.patch_rows},
+        {"rows_distinct", d.distinct_patch_rows},
+        {"tokens_total", d.tokens},
+        {"tokens_distinct", d.distinct_tokens}};
+  }
   j["gather_counts"] = plan.gather_counts;
   j["fingerprint"] = fingerprint_hex(plan.fingerprint);
   nlohmann::json cmp = nlohmann::json::array();

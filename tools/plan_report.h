@@ -1,5 +1,8 @@
 // The report of `frameshard plan`: the per-rank table (with the pieces of
 // split frames and their K/V exchange), the JSON object and the SVG chart.
+// A workload with media_ids (the grpo preset) also reports its distinct and
+// total frame units, patch rows and tokens (frameshard/dedup.h); with
+// frame_sharding.dedup the plan covers the distinct units only.
 //
 // Usage:
 //   PlanReport rep{wl, "preset, seed 0", plan, note, candidates, tower};
@@ -8,6 +11,7 @@
 #pragma once
 
 #include <frameshard/cost.h>
+#include <frameshard/dedup.h>
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>
 #include <frameshard/workload.h>
@@ -37,6 +41,10 @@ struct PlanReport {
   /// The config's tower: its width and full-attention layers size the K/V
   /// exchange of split frames in MiB.
   const TowerDims& tower;
+  /// The workload's distinct units by its media_ids (units == 0: no ids),
+  /// and whether the plan covers them (frame_sharding.dedup).
+  FrameDedup dedup = {};
+  bool planned_distinct = false;
 };
 
 /// No partition (contiguous or not) has a bottleneck below the largest unit

@@ -84,22 +84,35 @@ ArmRecord run_arm(
   ArmRecord rec;
   rec.name = name;
   rec.cp = cfg.parallel.cp_size;
+  rec.dedup = sharded && cfg.parallel.frame_sharding.dedup;  // trainer.h
   const bool printer = g.world->getRank() == 0 && !run.json;
   for (int64_t s = 0; s < cfg.train.steps; ++s) {
     const train::StepMetrics m = trainer.step(s);
     rec.steps.push_back(train::gather_step_metrics(m, g));
     if (printer) {
-      std::cout << progress_line(name, rec.steps.back(), cfg.train.steps)
-                << std::endl;
+      std::cout
+          << progress_line(
+                 name, rec.steps.back(), cfg.train.steps, rec.dedup, rec.cp)
+          << std::endl;
     }
   }
   return rec;
 }
 
-// The sharded arm of an A/B: sharding on (the recipe's rule, or
-// Megatron's when model.vision_dp_over_cp is set).
+// AReaL's rank-local dedup: a recipe that asks for dedup with frame
+// sharding off (enabled: false, dedup: true). Each rank encodes the
+// distinct frames of its own batch, nothing shared across ranks.
+bool rank_local_dedup(const train::TrainConfig& cfg) {
+  const auto& fs = cfg.parallel.frame_sharding;
+  return fs.dedup && !fs.enabled && !cfg.model.vision_dp_over_cp;
+}
+
+// The second arm of an A/B: sharding on (the recipe's rule, or Megatron's
+// when model.vision_dp_over_cp is set), with the recipe's dedup; or, for
+// rank-local dedup, the recipe as it is (sharding stays off), so ab
+// compares AReaL's scheme with the replicated baseline.
 train::TrainConfig sharded_recipe(train::TrainConfig cfg) {
-  if (!cfg.model.vision_dp_over_cp) {
+  if (!cfg.model.vision_dp_over_cp && !rank_local_dedup(cfg)) {
     cfg.parallel.frame_sharding.enabled = true;
   }
   return cfg;
@@ -116,7 +129,7 @@ int report_ab(const TrainRun& run, const ArmRecord& rep, const ArmRecord& sh) {
     std::ofstream f(run.plot);
     f << train::ab_plot_svg(
         {plot_series(rep), plot_series(sh)},
-        "frameshard ab: replicated vs sharded vision");
+        "frameshard ab: replicated vs " + sh.name + " vision");
     FRAMESHARD_CHECK(f.good(), "ab", "expected to write --plot ", run.plot);
   }
   if (run.json) {
@@ -174,8 +187,12 @@ int run_train_rank(
     return 0;
   }
   const ArmRecord rep = run_arm(run, g, "replicated", run.config, false);
-  const ArmRecord sh =
-      run_arm(run, g, "sharded", sharded_recipe(run.config), true);
+  const ArmRecord sh = run_arm(
+      run,
+      g,
+      rank_local_dedup(run.config) ? "rank-local" : "sharded",
+      sharded_recipe(run.config),
+      true);
   return rank0 ? report_ab(run, rep, sh) : 0;
 }
 

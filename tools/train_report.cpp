@@ -23,15 +23,6 @@ double max_over_ranks(const std::vector<StepMetrics>& ranks, F field) {
 }
 
 template <typename F>
-std::vector<double> per_step_max(const ArmRecord& arm, F field) {
-  std::vector<double> v;
-  for (const auto& ranks : arm.steps) {
-    v.push_back(max_over_ranks(ranks, field));
-  }
-  return v;
-}
-
-template <typename F>
 double measured_mean(const ArmRecord& arm, F field) {
   const auto v = per_step_max(arm, field);
   const size_t first = v.size() >= 2 ? 1 : 0;
@@ -54,10 +45,6 @@ std::string mib(int64_t bytes) {
 
 std::string ratio_text(double a, double b) {
   return b > 0 ? fmt("%.3f", a / b) : "n/a";
-}
-
-double ratio(double a, double b) {
-  return b > 0 ? a / b : 0.0;
 }
 
 // Mean over the measured steps of the gap between the slowest and the
@@ -89,18 +76,6 @@ double replica_gap(const ArmRecord& arm, F field) {
 size_t replicas(const ArmRecord& arm) {
   const auto cp = static_cast<size_t>(std::max<int64_t>(1, arm.cp));
   return arm.steps.empty() ? 1 : arm.steps[0].size() / cp;
-}
-
-template <typename F>
-std::vector<std::vector<double>> per_rank(const ArmRecord& arm, F field) {
-  std::vector<std::vector<double>> v;
-  for (const auto& ranks : arm.steps) {
-    v.emplace_back();
-    for (const auto& m : ranks) {
-      v.back().push_back(static_cast<double>(field(m)));
-    }
-  }
-  return v;
 }
 
 }  // namespace
@@ -147,13 +122,45 @@ ArmSummary summarize(const ArmRecord& arm) {
     }
     s.plan_path = arm.steps.back().front().plan_path;
   }
+  s.hash_seconds =
+      measured_mean(arm, [](const auto& m) { return m.hash_seconds; });
+  for (const auto& ranks : arm.steps) {
+    using M = StepMetrics;
+    s.frames_total +=
+        static_cast<double>(job_count(arm, ranks, &M::frames_total));
+    s.frames_distinct +=
+        static_cast<double>(job_count(arm, ranks, &M::frames_distinct));
+    s.rows_total += static_cast<double>(job_count(arm, ranks, &M::rows_total));
+    s.rows_distinct +=
+        static_cast<double>(job_count(arm, ranks, &M::rows_distinct));
+  }
+  const double steps =
+      static_cast<double>(std::max<size_t>(1, arm.steps.size()));
+  s.frames_total /= steps;
+  s.frames_distinct /= steps;
+  s.rows_total /= steps;
+  s.rows_distinct /= steps;
   return s;
+}
+
+int64_t job_count(
+    const ArmRecord& arm,
+    const std::vector<StepMetrics>& ranks,
+    int64_t StepMetrics::*field) {
+  const auto cp = static_cast<size_t>(std::max<int64_t>(1, arm.cp));
+  int64_t n = 0;
+  for (size_t r = 0; r < ranks.size(); r += cp) {
+    n += ranks[r].*field;
+  }
+  return n;
 }
 
 std::string progress_line(
     const std::string& arm,
     const std::vector<StepMetrics>& ranks,
-    int64_t total_steps) {
+    int64_t total_steps,
+    bool dedup,
+    int64_t cp) {
   FRAMESHARD_CHECK(!ranks.empty(), "progress_line", "expected ranks, got none");
   const StepMetrics& m = ranks.front();
   constexpr int kWidth = 20;
@@ -187,8 +194,66 @@ std::string progress_line(
       max_over_ranks(ranks, [](const auto& x) { return x.vision_seconds; }),
       max_over_ranks(ranks, [](const auto& x) { return x.gather_seconds; }),
       peaks.c_str());
-  return buf;
+  std::string line = buf;
+  if (dedup) {
+    ArmRecord job;
+    job.cp = cp;
+    line +=
+        "  frames " +
+        std::to_string(job_count(job, ranks, &StepMetrics::frames_distinct)) +
+        "/" +
+        std::to_string(job_count(job, ranks, &StepMetrics::frames_total)) +
+        " distinct";
+  }
+  return line;
 }
+
+namespace {
+
+// "41/328 (0.125)": a step's distinct over total count, and their ratio.
+std::string distinct_text(double distinct, double total, bool with_ratio) {
+  std::string t = fmt("%.0f", distinct) + "/" + fmt("%.0f", total);
+  return with_ratio && total > 0 ? t + " (" + ratio_text(distinct, total) + ")"
+                                 : t;
+}
+
+void ab_row(
+    std::ostream& os,
+    const char* name,
+    const std::string& a,
+    const std::string& b,
+    const std::string& q) {
+  char buf[160];
+  std::snprintf(
+      buf,
+      sizeof(buf),
+      "  %-18s %14s %14s %8s\n",
+      name,
+      a.c_str(),
+      b.c_str(),
+      q.c_str());
+  os << buf;
+}
+
+// The job's distinct and total frames and rows per step of both arms; the
+// ratio is the second arm's distinct over the first's.
+void print_distinct_rows(
+    std::ostream& os, const ArmSummary& r, const ArmSummary& s) {
+  ab_row(
+      os,
+      "frames distinct",
+      distinct_text(r.frames_distinct, r.frames_total, false),
+      distinct_text(s.frames_distinct, s.frames_total, false),
+      ratio_text(s.frames_distinct, r.frames_distinct));
+  ab_row(
+      os,
+      "rows distinct",
+      distinct_text(r.rows_distinct, r.rows_total, false),
+      distinct_text(s.rows_distinct, s.rows_total, false),
+      ratio_text(s.rows_distinct, r.rows_distinct));
+}
+
+}  // namespace
 
 void print_train_summary(std::ostream& os, const ArmRecord& arm) {
   const ArmSummary s = summarize(arm);
@@ -206,7 +271,15 @@ void print_train_summary(std::ostream& os, const ArmRecord& arm) {
               s.replica_gap_cpu_seconds);
   }
   os << "  gather time      " << fmt("%.3f s", s.gather_seconds) << "\n";
+  if (arm.dedup) {
+    os << "  hash time        " << fmt("%.3f s", s.hash_seconds)
+       << "  (frame_keys)\n";
+  }
   os << "  decoder time     " << fmt("%.3f s", s.decoder_seconds) << "\n";
+  os << "  frames           "
+     << distinct_text(s.frames_distinct, s.frames_total, true)
+     << " distinct per step, rows "
+     << distinct_text(s.rows_distinct, s.rows_total, true) << "\n";
   os << "  peak bytes       " << mib(s.peak_bytes) << "\n";
   os << "  vision peak      " << mib(s.vision_peak_bytes) << "\n";
   os << "  visual bytes in  "
@@ -269,32 +342,15 @@ void print_ab_summary(
   const ArmSummary r = summarize(replicated);
   const ArmSummary s = summarize(sharded);
   os << "\nA/B summary (means over " << s.measured_steps
-     << " steps after the warm-up, slowest rank per step; ratio = sharded / "
-        "replicated)\n";
-  char buf[160];
-  std::snprintf(
-      buf,
-      sizeof(buf),
-      "  %-18s %14s %14s %8s\n",
-      "",
-      "replicated",
-      "sharded",
-      "ratio");
-  os << buf;
-  auto row = [&](const char* name,
+     << " steps after the warm-up, slowest rank per step; ratio = "
+     << sharded.name << " / " << replicated.name
+     << "; frames and rows: the job's distinct/total per step)\n";
+  auto row = [&os](
+                 const char* name,
                  const std::string& a,
                  const std::string& b,
-                 const std::string& q) {
-    std::snprintf(
-        buf,
-        sizeof(buf),
-        "  %-18s %14s %14s %8s\n",
-        name,
-        a.c_str(),
-        b.c_str(),
-        q.c_str());
-    os << buf;
-  };
+                 const std::string& q) { ab_row(os, name, a, b, q); };
+  row("", replicated.name, sharded.name, "ratio");
   auto secs = [](double v) { return fmt("%.3f s", v); };
   row("vision time",
       secs(r.vision_seconds),
@@ -319,7 +375,11 @@ void print_ab_summary(
       secs(s.step_seconds),
       ratio_text(s.step_seconds, r.step_seconds));
   row("gather time", secs(r.gather_seconds), secs(s.gather_seconds), "");
+  if (replicated.dedup || sharded.dedup) {
+    row("hash time", secs(r.hash_seconds), secs(s.hash_seconds), "");
+  }
   row("decoder time", secs(r.decoder_seconds), secs(s.decoder_seconds), "");
+  print_distinct_rows(os, r, s);
   row("peak bytes",
       mib(r.peak_bytes),
       mib(s.peak_bytes),
@@ -341,83 +401,15 @@ void print_ab_summary(
                 static_cast<double>(s.allgather_bytes_total)) +
                 "*"
           : "");
-  os << "  vision path: replicated arm " << r.plan_path << ", sharded arm "
-     << s.plan_path << "\n";
+  os << "  vision path: " << replicated.name << " arm " << r.plan_path << ", "
+     << sharded.name << " arm " << s.plan_path
+     << (sharded.dedup ? " (dedup)" : "") << "\n";
   if (s.allgather_bytes_total > 0) {
     os << "  * visual bytes in: received over what the all-gather would move "
           "(all steps and ranks)\n";
   }
   os << "  largest per-step loss difference: "
      << fmt("%.3g", loss_max_abs_diff(replicated, sharded)) << "\n";
-}
-
-nlohmann::json arm_json(const ArmRecord& arm) {
-  const ArmSummary s = summarize(arm);
-  nlohmann::json j;
-  j["plan_path"] = s.plan_path;
-  j["step_seconds"] =
-      per_step_max(arm, [](const auto& m) { return m.step_seconds; });
-  j["vision_seconds"] =
-      per_step_max(arm, [](const auto& m) { return m.vision_seconds; });
-  j["vision_cpu_seconds"] =
-      per_step_max(arm, [](const auto& m) { return m.vision_cpu_seconds; });
-  j["vision_seconds_per_rank"] =
-      per_rank(arm, [](const auto& m) { return m.vision_seconds; });
-  j["vision_cpu_seconds_per_rank"] =
-      per_rank(arm, [](const auto& m) { return m.vision_cpu_seconds; });
-  j["gather_seconds"] =
-      per_step_max(arm, [](const auto& m) { return m.gather_seconds; });
-  j["decoder_seconds"] =
-      per_step_max(arm, [](const auto& m) { return m.decoder_seconds; });
-  j["peak_bytes"] =
-      per_step_max(arm, [](const auto& m) { return m.peak_bytes; });
-  j["vision_peak_bytes"] =
-      per_step_max(arm, [](const auto& m) { return m.vision_peak_bytes; });
-  j["losses"] = plot_series(arm).loss;
-  std::vector<std::vector<int64_t>> received;
-  for (const auto& ranks : arm.steps) {
-    received.emplace_back();
-    for (const auto& m : ranks) {
-      received.back().push_back(m.visual_bytes_received);
-    }
-  }
-  j["visual_bytes_received"] = received;
-  j["visual_bytes_ratio"] = ratio(
-      static_cast<double>(s.visual_bytes_total),
-      static_cast<double>(s.allgather_bytes_total));
-  j["peak_bytes_per_rank"] = s.peak_bytes_per_rank;
-  j["tower_rows_per_rank"] = s.tower_rows_per_rank;
-  j["mean_step_seconds"] = s.step_seconds;
-  j["mean_vision_seconds"] = s.vision_seconds;
-  j["mean_vision_cpu_seconds"] = s.vision_cpu_seconds;
-  j["mean_replica_gap_seconds"] = s.replica_gap_seconds;
-  j["mean_replica_gap_cpu_seconds"] = s.replica_gap_cpu_seconds;
-  j["cp"] = arm.cp;
-  j["mean_gather_seconds"] = s.gather_seconds;
-  j["max_peak_bytes"] = s.peak_bytes;
-  j["max_vision_peak_bytes"] = s.vision_peak_bytes;
-  j["measured_steps"] = s.measured_steps;
-  return j;
-}
-
-nlohmann::json ab_json(const ArmRecord& replicated, const ArmRecord& sharded) {
-  const ArmSummary r = summarize(replicated);
-  const ArmSummary s = summarize(sharded);
-  nlohmann::json j;
-  j["replicated"] = arm_json(replicated);
-  j["sharded"] = arm_json(sharded);
-  j["vision_time_ratio"] = ratio(s.vision_seconds, r.vision_seconds);
-  j["vision_cpu_time_ratio"] =
-      ratio(s.vision_cpu_seconds, r.vision_cpu_seconds);
-  j["step_time_ratio"] = ratio(s.step_seconds, r.step_seconds);
-  j["gather_time_ratio"] = ratio(s.gather_seconds, r.gather_seconds);
-  j["peak_bytes_ratio"] = ratio(
-      static_cast<double>(s.peak_bytes), static_cast<double>(r.peak_bytes));
-  j["vision_peak_bytes_ratio"] = ratio(
-      static_cast<double>(s.vision_peak_bytes),
-      static_cast<double>(r.vision_peak_bytes));
-  j["loss_max_abs_diff"] = loss_max_abs_diff(replicated, sharded);
-  return j;
 }
 
 }  // namespace cli

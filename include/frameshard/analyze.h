@@ -14,6 +14,14 @@
 //                 (over all batches when none shards)
 //   gather_mb     mean MB the slowest receiving rank gets per sharded batch
 //
+// Repeated media (AnalyzeOptions::media_ids, e.g. the grpo preset's GRPO
+// group): the totals count every use and the distinct_* fields each media
+// item once (frameshard/dedup.h, keys from the ids by media_unit_keys);
+// with AnalyzeOptions::dedup (frame_sharding.dedup) every batch is planned
+// over its distinct units, so shard_share, speedup and imbalance describe
+// the distinct frames (the replicated run they compare with encodes those
+// once too; dedup's own saving is patch_rows / distinct_patch_rows).
+//
 // Usage:
 //   frameshard::AnalyzeOptions o;          // CP 2..64, threshold policy
 //   o.plan.policy.enabled = true;
@@ -36,6 +44,11 @@ struct AnalyzeOptions {
   std::vector<int64_t> cps{2, 4, 8, 16, 32, 64};
   std::vector<Partitioner> partitioners = all_partitioners();
   PlanOptions plan;  // world is set per CP size
+  /// Per batch, one id per grid row (equal ids: the same media item), or
+  /// empty: every row distinct.
+  std::vector<std::vector<uint64_t>> media_ids;
+  /// Plan each batch over its distinct units (frame_sharding.dedup).
+  bool dedup = false;
 };
 
 struct MethodSummary {
@@ -57,11 +70,16 @@ struct WorkloadAnalysis {
   int64_t frame_units = 0;
   int64_t tokens = 0;
   int64_t patch_rows = 0;
+  /// Each media item once (equal to the totals without media_ids).
+  int64_t distinct_frame_units = 0;
+  int64_t distinct_tokens = 0;
+  int64_t distinct_patch_rows = 0;
   std::vector<CpSummary> rows;  // in AnalyzeOptions::cps order
 };
 
 /// Throws frameshard::Error for no batches, a CP size outside
-/// [1, kMaxWorld] or a grid make_plan refuses.
+/// [1, kMaxWorld], a grid make_plan refuses, or media_ids that do not give
+/// each batch one id per grid row.
 WorkloadAnalysis analyze_batches(
     const std::vector<std::vector<GridThw>>& batches,
     const AnalyzeOptions& options);

@@ -28,8 +28,8 @@ from ._calibrate import Calibration, calibrate
 from ._calibrate_exchange import calibrate_exchange
 from ._config import FrameShardingConfig, parse_yaml
 from ._groups import Mesh
-from ._plan import FrameUnit, Plan, RankPlan, plan, workload
-from ._shard import FramePiece, all_gather_rows, shard_vision, visual_token_owners
+from ._plan import DedupCounts, FrameUnit, Plan, RankPlan, plan, workload
+from ._shard import FramePiece, all_gather_rows, frame_keys, shard_vision, visual_token_owners
 from ._towers import TowerDims, cost_model, tower_dims
 
 # The path each sharded call takes is logged here (INFO, once per change); silent unless the
@@ -80,6 +80,7 @@ from . import hf  # noqa: E402  (after the version check; it registers the famil
 
 __all__ = [
     "Calibration",
+    "DedupCounts",
     "FrameShardingConfig",
     "FramePiece",
     "FrameUnit",
@@ -93,6 +94,7 @@ __all__ = [
     "calibrate",
     "calibrate_exchange",
     "cost_model",
+    "frame_keys",
     "hf",
     "parse_yaml",
     "plan",

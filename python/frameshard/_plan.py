@@ -52,6 +52,20 @@ class RankPlan:
 
 
 @dataclasses.dataclass(frozen=True)
+class DedupCounts:
+    """What `dedup` found (frame_sharding.dedup): the frame units, patch rows and merged tokens
+    of the call (on a mesh: of every replica), and how many of them are distinct -- the ones the
+    towers encoded, once each across the group."""
+
+    units: int
+    distinct_units: int
+    patch_rows: int
+    distinct_patch_rows: int
+    tokens: int
+    distinct_tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """The shard plan (frameshard::ShardPlan): `path` is "sharded" or "replicated", `reason`
     says why; `cuts` are the world + 1 unit boundaries of a contiguous partition (empty for lpt);
@@ -77,6 +91,9 @@ class Plan:
     split: bool  # some frame is cut across ranks (split_frames)
     unsplit_max_cost: float  # the optimal max rank cost without cutting frames
     fingerprint: str
+    # With dedup: the plan covers the distinct frames only (grid, units, ranks); these count
+    # the call's frames and the distinct ones. None without dedup.
+    dedup: DedupCounts | None = None
 
     @property
     def sharded(self) -> bool:

@@ -11,6 +11,8 @@ whole frames; see `shard_vision` for the contract and `FramePiece`.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import inspect
 import logging
 from collections.abc import Callable, Sequence
@@ -23,7 +25,7 @@ from . import _C, _groups
 from ._C import FrameshardError
 from ._config import FrameShardingConfig
 from ._groups import Mesh, Timeout, millis
-from ._plan import GridLike, Plan, grid_tensor, plan_from_dict
+from ._plan import DedupCounts, GridLike, Plan, grid_tensor, plan_from_dict
 from ._towers import TowerDims, resolve_dims
 
 _LOG = logging.getLogger("frameshard")
@@ -104,6 +106,7 @@ def shard_vision(
     token_owner: Sequence[int] | None = None,
     tower_dims: TowerDims | None = None,
     mesh: Mesh | None = None,
+    media_keys: Sequence[Any] | None = None,
 ) -> TowerOutput | None | tuple[TowerOutput | None, Plan]:
     """Runs `tower` on this rank's frames only and returns the gathered outputs, in order.
 
@@ -161,6 +164,19 @@ def shard_vision(
             ["dp", "cp"] requires it). pixel_values / grid_thw are this rank's replica's, and
             token_owner maps the replica's tokens to its cp ranks. The Plan is the pooled one
             (every replica's media, replica-major, over dp * cp ranks).
+        media_keys: with config.dedup, one id per grid_thw row (a data set's image hash or URL:
+            str, bytes, int or a tuple of them) instead of hashing the pixel rows: rows with
+            equal ids are the same media item (their frames pair up by index). The same on the
+            cp ranks of a replica. None: each frame is keyed by a 128-bit hash of its pixel rows,
+            dtype and shape, computed on their device (frameshard/runtime/frame_keys.h).
+
+    Dedup (config.dedup): the plan covers each distinct frame once -- in the CP group, or with a
+    mesh in every replica's batch together -- the towers see each distinct frame's rows once, and
+    every use of a frame receives its rows (in the same gather or all-to-all). The backward sums
+    the gradients of all uses of a frame before the tower's: exact for a deterministic tower (the
+    transformers Qwen-VL, GLM-4V and RADIO towers have no dropout); a tower with dropout in
+    training draws one mask per distinct frame instead of one per use. `Plan.dedup` counts the
+    frames and the distinct ones; without repeats plan and outputs are those of dedup off.
 
     Returns:
         The gathered output [total_tokens, hidden] -- a tuple of them when the tower returns a
@@ -193,6 +209,10 @@ def shard_vision(
     dims = tower_dims if tower_dims is not None else resolve_dims(tower)
     options.tower_dims = dims.as_dict() if dims is not None else None
     options.takes_pieces = takes_pieces(tower)
+    options.dedup = bool(config.dedup)
+    if media_keys is not None and not config.dedup:
+        raise FrameshardError("frameshard.shard_vision: expected config.dedup True with media_keys, got dedup False")
+    options.media_keys = [media_key(k) for k in media_keys] if media_keys is not None else []
     if (config.gather == "owner") != (token_owner is not None):
         raise FrameshardError(
             "frameshard.shard_vision: expected token_owner exactly when config.gather is "
@@ -234,11 +254,45 @@ def _run(
         return list(out)
 
     encode = _C.encode_mesh if on_mesh else _C.encode
-    outputs, plan_d = encode(call, pixel_values, grid, pg, options)[:2]
+    returned = encode(call, pixel_values, grid, pg, options)
+    outputs, plan_d, dedup = returned[0], returned[1], returned[5]
     result: TowerOutput | None = None  # a text-only replica on the mesh's replicated path
     if outputs:
         result = tuple(outputs) if returned_sequence[0] else outputs[0]
-    return result, plan_from_dict(plan_d)
+    plan = plan_from_dict(plan_d)
+    if dedup is not None:
+        plan = dataclasses.replace(plan, dedup=DedupCounts(**dedup))
+    return result, plan
+
+
+def frame_keys(
+    pixel_values: torch.Tensor, grid_thw: GridLike, *, spatial_merge_size: int = 2, temporal_patch_size: int = 2
+) -> list[tuple[int, int]]:
+    """The 128-bit content key (hi, lo) of every frame unit of `grid_thw` -- what config.dedup
+    keys frames by: a hash of the unit's pixel rows (two independent 64-bit lanes, each mixing
+    every element with its column and every row with its index in the frame), its dtype and its
+    shape, computed with tensor ops on the pixels' device. Not collective."""
+    return list(_C.frame_keys(pixel_values, grid_tensor(grid_thw), int(spatial_merge_size), int(temporal_patch_size)))
+
+
+def media_key(key: Any) -> tuple[int, int]:
+    """A media id (str, bytes, int or a tuple of them) as the 128-bit key (hi, lo) the C++ core
+    takes: blake2b of its type-tagged bytes, so "1" and 1 differ."""
+    if isinstance(key, tuple):
+        data = b"t" + b"".join(b"%d:" % len(p) + p for p in (repr(media_key(k)).encode() for k in key))
+    elif isinstance(key, bytes):
+        data = b"b" + key
+    elif isinstance(key, str):
+        data = b"s" + key.encode("utf-8")
+    elif isinstance(key, int) and not isinstance(key, bool):
+        data = b"i" + str(key).encode()
+    else:
+        raise FrameshardError(
+            "frameshard.shard_vision: media_keys: expected str, bytes, int or a tuple of them, got %s"
+            % type(key).__name__
+        )
+    digest = hashlib.blake2b(data, digest_size=16).digest()
+    return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
 
 
 # The path (sharded or replicated, split or not) each caller took last: logged on a change only.
@@ -252,6 +306,9 @@ def log_path(key: Any, plan: Plan, what: str, config: FrameShardingConfig) -> No
     if _LAST_PATH.get(key) == path:
         return
     _LAST_PATH[key] = path
+    if plan.dedup is not None:
+        d = plan.dedup
+        what = "%s (dedup: %d of %d frames distinct)" % (what, d.distinct_units, d.units)
     if plan.sharded:
         split = "whole frames"
         if plan.split:

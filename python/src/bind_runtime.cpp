@@ -5,9 +5,11 @@
 // a Python callable.
 #include "bindings.h"
 
+#include <frameshard/dedup.h>
 #include <frameshard/error.h>
 #include <frameshard/runtime/agree.h>
 #include <frameshard/runtime/encode.h>
+#include <frameshard/runtime/frame_keys.h>
 #include <frameshard/runtime/gather.h>
 #include <frameshard/runtime/mesh_encode.h>
 #include <frameshard/tower.h>
@@ -192,7 +194,41 @@ struct ShardCall {
   std::vector<int64_t> token_owner;    // gather: owner (one CP rank per token)
   py::object tower_dims = py::none();  // TowerDims fields, or None
   bool takes_pieces = false;  // the tower declares `pieces` and `exchange`
+  /// frame_sharding.dedup: encode each distinct frame once, keyed by
+  /// media_keys (one (hi, lo) per grid row) or, empty, by frame_keys.
+  bool dedup = false;
+  std::vector<std::pair<uint64_t, uint64_t>> media_keys;
 };
+
+// The unit keys of a dedup call (computed on the pixels' device).
+std::vector<UnitKey> unit_keys_of(
+    const ShardCall& c,
+    const at::Tensor& pixel_values,
+    const at::Tensor& grid_thw,
+    const MediaLayout& layout) {
+  if (!c.dedup) {
+    return {};
+  }
+  if (c.media_keys.empty()) {
+    return frame_keys(pixel_values, grid_thw, layout);
+  }
+  std::vector<UnitKey> media;
+  for (const auto& [hi, lo] : c.media_keys) {
+    media.push_back({hi, lo});
+  }
+  return media_unit_keys(grid_from_tensor(grid_thw), media, layout);
+}
+
+py::dict dedup_dict(const FrameDedup& d) {
+  py::dict out;
+  out["units"] = d.units;
+  out["distinct_units"] = d.distinct_units;
+  out["patch_rows"] = d.patch_rows;
+  out["distinct_patch_rows"] = d.distinct_patch_rows;
+  out["tokens"] = d.tokens;
+  out["distinct_tokens"] = d.distinct_tokens;
+  return out;
+}
 
 // The plan options of a call with a Python tower over `world` ranks. A
 // Python tower that does not take pieces is called with (pixel_values,
@@ -229,10 +265,16 @@ py::tuple encode_binding(
   EncodeResult res;
   {
     py::gil_scoped_release no_gil;
+    o.unit_keys = unit_keys_of(call, pixel_values, grid_thw, o.plan.layout);
     res = encode(cpp_tower, pixel_values, grid_thw, group, o);
   }
   return py::make_tuple(
-      res.outputs, plan_dict(res.plan), res.bytes_sent, res.tokens);
+      res.outputs,
+      plan_dict(res.plan),
+      res.bytes_sent,
+      res.tokens,
+      py::none(),
+      call.dedup ? py::object(dedup_dict(res.dedup)) : py::none());
 }
 
 py::tuple encode_mesh_binding(
@@ -250,9 +292,11 @@ py::tuple encode_mesh_binding(
   o.tower_trainable = call.tower_trainable;
   o.timeout = millis(call.timeout_ms);
   const VisionTower cpp_tower = python_tower(tower, call.takes_pieces);
+  o.dedup = call.dedup;
   MeshEncodeResult res;
   {
     py::gil_scoped_release no_gil;
+    o.unit_keys = unit_keys_of(call, pixel_values, grid_thw, o.plan.layout);
     res = encode_mesh(cpp_tower, pixel_values, grid_thw, mesh_group, o);
   }
   return py::make_tuple(
@@ -260,7 +304,8 @@ py::tuple encode_mesh_binding(
       plan_dict(res.plan.plan),
       res.bytes_sent,
       res.tokens,
-      res.plan.replica_tokens);
+      res.plan.replica_tokens,
+      call.dedup ? py::object(dedup_dict(res.plan.dedup)) : py::none());
 }
 
 void init_shard_call(py::module_& m) {
@@ -278,6 +323,8 @@ them, so the Python layer can check that it sets each one.)doc")
       .def_readwrite("token_owner", &ShardCall::token_owner)
       .def_readwrite("tower_dims", &ShardCall::tower_dims)
       .def_readwrite("takes_pieces", &ShardCall::takes_pieces)
+      .def_readwrite("dedup", &ShardCall::dedup)
+      .def_readwrite("media_keys", &ShardCall::media_keys)
       .def_static("fields", [] {
         return std::vector<std::string>{
             "overrides",
@@ -289,7 +336,9 @@ them, so the Python layer can check that it sets each one.)doc")
             "timeout_ms",
             "token_owner",
             "tower_dims",
-            "takes_pieces"};
+            "takes_pieces",
+            "dedup",
+            "media_keys"};
       });
 }
 
@@ -320,6 +369,33 @@ disagree on <name>: rank 0 has X, rank k has Y" (the first differing name).
 Collective; the GIL is released while it runs.)doc");
   init_shard_call(m);
   m.def(
+      "frame_keys",
+      [](const at::Tensor& pixel_values,
+         const at::Tensor& grid_thw,
+         int64_t spatial_merge_size,
+         int64_t temporal_patch_size) {
+        std::vector<UnitKey> keys;
+        {
+          py::gil_scoped_release no_gil;
+          keys = frame_keys(
+              pixel_values,
+              grid_thw,
+              MediaLayout{spatial_merge_size, temporal_patch_size});
+        }
+        std::vector<std::pair<uint64_t, uint64_t>> out;
+        for (const UnitKey& k : keys) {
+          out.emplace_back(k.hi, k.lo);
+        }
+        return out;
+      },
+      py::arg("pixel_values"),
+      py::arg("grid_thw"),
+      py::arg("spatial_merge_size") = 2,
+      py::arg("temporal_patch_size") = 2,
+      R"doc(The 128-bit content key (hi, lo) of every frame unit
+(frameshard::frame_keys): a hash of its pixel rows, dtype and shape,
+computed on the pixels' device. Not collective.)doc");
+  m.def(
       "encode",
       &encode_binding,
       py::arg("tower"),
@@ -328,7 +404,8 @@ Collective; the GIL is released while it runs.)doc");
       py::arg("group"),
       py::arg("call"),
       R"doc(frameshard::encode with a Python tower: returns
-(outputs, plan dict, bytes sent, owned token indices). call: a ShardCall.
+(outputs, plan dict, bytes sent, owned token indices, None, dedup counts or
+None). call: a ShardCall; call.dedup encodes each distinct frame once.
 With call.token_owner (one CP rank per visual token) each rank gets only
 its rows. call.takes_pieces: the tower is also called with pieces= (a list
 of (frame, begin, end, h, w)) and exchange= (a differentiable callable on
@@ -346,7 +423,7 @@ frames. Collective.)doc");
 group (call.dp x call.cp_size; mesh rank = replica * cp + cp rank; each
 rank passes its own replica's pixel_values and grid_thw): returns (outputs
 of this replica, the pooled plan dict, bytes sent, owned token indices, the
-replicas' token offsets). Empty outputs: a text-only replica on the
+replicas' token offsets, the mesh-wide dedup counts or None). Empty outputs: a text-only replica on the
 replicated path. Collective over the mesh group.)doc");
 }
 

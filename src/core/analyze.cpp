@@ -1,6 +1,8 @@
 #include <frameshard/analyze.h>
+#include <frameshard/dedup.h>
 #include <frameshard/error.h>
 #include <frameshard/policy.h>
+#include <frameshard/workload.h>
 
 namespace frameshard {
 
@@ -52,13 +54,37 @@ WorkloadAnalysis analyze_batches(
   const char* fn = "analyze_batches";
   FRAMESHARD_CHECK(
       !batches.empty(), fn, "expected at least one batch, got none");
+  FRAMESHARD_CHECK(
+      options.media_ids.empty() || options.media_ids.size() == batches.size(),
+      fn,
+      "expected media ids for each of the ",
+      batches.size(),
+      " batches or none, got ",
+      options.media_ids.size());
   WorkloadAnalysis a;
   a.batches = static_cast<int64_t>(batches.size());
-  for (const std::vector<GridThw>& grid : batches) {
+  // The grids planned: each batch, or with dedup its distinct units.
+  std::vector<std::vector<GridThw>> planned;
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    const std::vector<GridThw>& grid = batches[b];
     const FrameSet f = expand_frames(grid, options.plan.layout);
     a.frame_units += static_cast<int64_t>(f.units.size());
     a.tokens += f.total_tokens;
     a.patch_rows += f.total_patch_rows;
+    if (options.media_ids.empty()) {
+      a.distinct_frame_units += static_cast<int64_t>(f.units.size());
+      a.distinct_tokens += f.total_tokens;
+      a.distinct_patch_rows += f.total_patch_rows;
+      planned.push_back(grid);
+      continue;
+    }
+    const MediaLayout& layout = options.plan.layout;
+    const FrameDedup d = dedup_frames(
+        grid, media_id_unit_keys(grid, options.media_ids[b], layout), layout);
+    a.distinct_frame_units += d.distinct_units;
+    a.distinct_tokens += d.distinct_tokens;
+    a.distinct_patch_rows += d.distinct_patch_rows;
+    planned.push_back(options.dedup ? d.grid : grid);
   }
   for (int64_t cp : options.cps) {
     FRAMESHARD_CHECK(
@@ -73,7 +99,7 @@ WorkloadAnalysis analyze_batches(
     CpSummary row;
     row.cp = cp;
     for (Partitioner p : options.partitioners) {
-      row.methods.push_back(summarize(batches, o, p));
+      row.methods.push_back(summarize(planned, o, p));
     }
     a.rows.push_back(std::move(row));
   }

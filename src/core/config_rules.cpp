@@ -230,9 +230,9 @@ void add_tower_and_policy(std::vector<Rule>& rules) {
   rules.push_back(number_rule(
       fs_key("gather_bandwidth_gbps"), NumberRange::kPositive, [
       ](auto& c) -> auto& { return c.frame_sharding.gather_bandwidth_gbps; }));
-  rules.push_back(bool_rule(fs_key("dedup"), [](auto& c) -> auto& {
-    return c.frame_sharding.dedup;
-  }));
+  rules.push_back(bool_rule(
+      fs_key("dedup"),
+      [](auto& c) -> auto& { return c.frame_sharding.dedup; }));
 }
 
 }  // namespace

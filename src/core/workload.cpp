@@ -1,4 +1,4 @@
-// Workloads: JSON files and seeded synthetic presets.
+// Workloads: seeded synthetic presets (JSON files: workload_json.cpp).
 //
 // The presets model one microbatch of one CP group (a packed sequence of a
 // few samples), sized after Qwen's processor budgets:
@@ -17,6 +17,10 @@
 //          which come as short videos (2 to 16 units) and single images.
 //          Sized so no single image exceeds a rank's fair share at cp 4: the
 //          case where the cost model and the partitioner decide the balance
+//   grpo   one GRPO group (verl / AReaL sample every prompt G times, and
+//          each sample carries the prompt's images): a mixed prompt drawn
+//          from the grpo stream, its rows repeated kGrpoPresetGroupSize
+//          times, media_ids saying which rows are the same item
 // Image shapes draw an aspect ratio w/h log-uniform in [0.5, 2] and round
 // to multiples of the merge size; the realized patch count stays inside the
 // preset's range. Everything uses integer arithmetic on a splitmix64 stream
@@ -27,16 +31,8 @@
 
 #include <frameshard/error.h>
 
-#include "core/json_text.h"
-
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <limits>
-#include <sstream>
 
 namespace frameshard {
 namespace {
@@ -213,60 +209,24 @@ Workload make_mixed(SplitMix64& rng, const MediaLayout& layout) {
   return wl;
 }
 
-// ------------------------------------------------------------- JSON
-
-using json_detail::json_excerpt;
-
-[[noreturn]] void workload_error(
-    const std::string& field,
-    const std::string& expected,
-    const std::string& got,
-    const std::string& source) {
-  detail::fail(
-      "workload",
-      detail::excerpt(field),
-      ": expected ",
-      expected,
-      ", got ",
-      got,
-      source.empty() ? "" : " (in " + source + ")");
-}
-
-// Each grid entry is at most 2^20 and a batch at most 2^40 patch rows, so
-// no product or sum overflows int64 downstream.
-constexpr int64_t kMaxWorkloadEntry = int64_t{1} << 20;
-constexpr int64_t kMaxPatches = int64_t{1} << 40;
-
-int64_t read_entry(
-    const nlohmann::json& v,
-    const std::string& field,
-    const std::string& source) {
-  if (!v.is_number_integer()) {
-    workload_error(field, "an integer", json_excerpt(v), source);
+// A prompt's media, then the same rows for each further sample of its
+// group; row i of every copy has id i.
+Workload make_grpo(SplitMix64& rng, const MediaLayout& layout) {
+  const Workload prompt = make_mixed(rng, layout);
+  Workload wl;
+  for (int64_t c = 0; c < kGrpoPresetGroupSize; ++c) {
+    wl.grid.insert(wl.grid.end(), prompt.grid.begin(), prompt.grid.end());
+    for (std::size_t i = 0; i < prompt.grid.size(); ++i) {
+      wl.media_ids.push_back(static_cast<uint64_t>(i));
+    }
   }
-  if (v.is_number_unsigned() &&
-      v.get<uint64_t>() > static_cast<uint64_t>(kMaxWorkloadEntry)) {
-    workload_error(
-        field,
-        "an integer <= " + std::to_string(kMaxWorkloadEntry),
-        json_excerpt(v),
-        source);
-  }
-  const auto x = v.get<int64_t>();
-  if (x > kMaxWorkloadEntry) {
-    workload_error(
-        field,
-        "an integer <= " + std::to_string(kMaxWorkloadEntry),
-        json_excerpt(v),
-        source);
-  }
-  return x;
+  return wl;
 }
 
 }  // namespace
 
 std::vector<std::string> workload_preset_names() {
-  return {"doc", "multi", "video", "mixed"};
+  return {"doc", "multi", "video", "mixed", "grpo"};
 }
 
 Workload preset_workload(const std::string& name, uint64_t seed) {
@@ -282,6 +242,8 @@ Workload preset_workload(const std::string& name, uint64_t seed) {
     wl = make_video(rng, layout);
   } else if (name == "mixed") {
     wl = make_mixed(rng, layout);
+  } else if (name == "grpo") {
+    wl = make_grpo(rng, layout);
   } else {
     std::string names;
     for (const auto& n : workload_preset_names()) {
@@ -294,124 +256,26 @@ Workload preset_workload(const std::string& name, uint64_t seed) {
   return wl;
 }
 
-Workload parse_workload(const std::string& json, const std::string& source) {
-  nlohmann::json doc;
-  std::string problem;
-  if (!json_detail::parse_json_strict(json, doc, problem)) {
-    workload_error("(document)", "valid JSON", problem, source);
-  }
-  if (!doc.is_object()) {
-    workload_error(
-        "(document)",
-        "a JSON object {\"grid_thw\": [[t, h, w], ...]}",
-        json_excerpt(doc),
-        source);
-  }
-  Workload wl;
-  wl.name = source.empty() ? "workload" : source;
-  bool has_grid = false;
-  for (auto it = doc.begin(); it != doc.end(); ++it) {
-    const std::string& key = it.key();
-    const nlohmann::json& v = it.value();
-    if (key == "grid_thw") {
-      has_grid = true;
-      if (!v.is_array()) {
-        workload_error(
-            key, "a list of [t, h, w] rows", json_excerpt(v), source);
-      }
-      std::vector<std::vector<int64_t>> rows;
-      int64_t patches = 0;
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        const std::string row_field = "grid_thw[" + std::to_string(i) + "]";
-        if (!v[i].is_array()) {
-          workload_error(
-              row_field, "a [t, h, w] row", json_excerpt(v[i]), source);
-        }
-        std::vector<int64_t> row;
-        for (std::size_t j = 0; j < v[i].size(); ++j) {
-          row.push_back(read_entry(
-              v[i][j], row_field + "[" + std::to_string(j) + "]", source));
-        }
-        if (row.size() == 3 && row[0] > 0 && row[1] > 0 && row[2] > 0) {
-          const int64_t p = row[0] * row[1] * row[2];
-          if (p > kMaxPatches || patches > kMaxPatches - p) {
-            workload_error(
-                row_field,
-                "at most " + std::to_string(kMaxPatches) +
-                    " patch rows in the batch",
-                json_excerpt(v[i]),
-                source);
-          }
-          patches += p;
-        }
-        rows.push_back(std::move(row));
-      }
-      try {
-        wl.grid = grid_from_rows(rows, "grid_thw");
-      } catch (const Error& e) {
-        throw Error(
-            std::string(e.what()) +
-            (source.empty() ? "" : " (in " + source + ")"));
-      }
-    } else if (key == "spatial_merge_size" || key == "temporal_patch_size") {
-      if (!v.is_number_integer() || v.get<int64_t>() < 1 ||
-          v.get<int64_t>() > kMaxWorkloadEntry) {
-        workload_error(key, "a positive integer", json_excerpt(v), source);
-      }
-      (key == "spatial_merge_size" ? wl.layout.spatial_merge_size
-                                   : wl.layout.temporal_patch_size) =
-          v.get<int64_t>();
-    } else {
-      workload_error(
-          key,
-          "a known key (grid_thw, spatial_merge_size, temporal_patch_size)",
-          "unknown key " + detail::excerpt(key),
-          source);
-    }
-  }
-  if (!has_grid) {
-    workload_error(
-        "grid_thw", "a non-empty list of [t, h, w] rows", "nothing", source);
-  }
-  // Rejects non-positive sizes and h, w not divisible by the merge size.
-  try {
-    expand_frames(wl.grid, wl.layout);
-  } catch (const Error& e) {
-    throw Error(
-        std::string(e.what()) + (source.empty() ? "" : " (in " + source + ")"));
-  }
-  return wl;
-}
-
-Workload load_workload(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::error_code ec;
-  // A directory opens and reads as empty.
+std::vector<UnitKey> media_id_unit_keys(
+    const std::vector<GridThw>& grid,
+    const std::vector<uint64_t>& ids,
+    const MediaLayout& layout) {
   FRAMESHARD_CHECK(
-      in.good() && std::filesystem::is_regular_file(path, ec),
-      "load_workload",
-      "expected a readable JSON file, got ",
-      path,
-      " (missing or unreadable)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_workload(text.str(), path);
-}
-
-std::string to_json(const Workload& workload) {
-  // One grid row per line keeps hand-edited files readable.
-  std::ostringstream os;
-  os << "{\n  \"grid_thw\": [";
-  for (std::size_t i = 0; i < workload.grid.size(); ++i) {
-    const GridThw& g = workload.grid[i];
-    os << (i ? ",\n" : "\n") << "    [" << g.t << ", " << g.h << ", " << g.w
-       << "]";
+      ids.size() == grid.size(),
+      "media_id_unit_keys",
+      "expected one media id per grid_thw row (",
+      grid.size(),
+      "), got ",
+      ids.size());
+  std::vector<UnitKey> keys;
+  keys.reserve(ids.size());
+  for (uint64_t id : ids) {
+    // Two draws of one stream: independent 64-bit lanes of the key.
+    SplitMix64 mix(id ^ 0x6d656469615f6964ULL);  // "media_id"
+    const uint64_t hi = mix.next();
+    keys.push_back({hi, mix.next()});
   }
-  os << "\n  ],\n  \"spatial_merge_size\": "
-     << workload.layout.spatial_merge_size
-     << ",\n  \"temporal_patch_size\": " << workload.layout.temporal_patch_size
-     << "\n}\n";
-  return os.str();
+  return media_unit_keys(grid, keys, layout);
 }
 
 Workload scale_workload(const Workload& workload, int64_t scale) {

@@ -8,6 +8,7 @@
 #include <frameshard/workload.h>
 
 #include <algorithm>
+#include <map>
 
 namespace frameshard {
 namespace train {
@@ -26,6 +27,24 @@ uint64_t step_seed(int64_t seed, int64_t step, int64_t dp_rank) {
 
 // Salts the text stream away from the preset's own draw of the same seed.
 constexpr uint64_t kTextSalt = 0x74657874ULL;  // "text"
+// Salt a grpo prompt's draw away from the mixed preset's batches, and its
+// media's pixel seeds away from the prompt's.
+constexpr uint64_t kPromptSalt = 0x70726f6d7074ULL;  // "prompt"
+constexpr uint64_t kPixelSalt = 0x706978656c73ULL;   // "pixels"
+
+// The seed of grpo prompt p of a step (p = 0 .. dp_size - 1).
+uint64_t prompt_seed(int64_t seed, int64_t step, int64_t prompt) {
+  return SplitMix64(step_seed(seed, step, prompt) ^ kPromptSalt).next();
+}
+
+// The pixel seed of medium m of a prompt: one per (prompt, medium), so
+// every sample of the prompt draws the same rows.
+uint64_t media_seed(uint64_t prompt, int64_t m) {
+  return SplitMix64(
+             prompt ^ kPixelSalt ^
+             (static_cast<uint64_t>(m) * 0xbf58476d1ce4e5b9ULL))
+      .next();
+}
 
 // Learnable text (see the banner): + 1 within a run, random restarts.
 class TextStream {
@@ -135,6 +154,72 @@ std::vector<GridThw> scaled(
   return scale_workload(wl, scale).grid;
 }
 
+// The grpo preset (see the banner): this replica's group_size samples of
+// the step's dp_size prompts, each a scaled mixed draw, in pack order.
+BatchLayout grpo_batch(
+    const char* fn,
+    const DataConfig& data,
+    const MediaLayout& layout,
+    int64_t vocab_size,
+    int64_t pad_multiple,
+    int64_t step,
+    int64_t dp_rank,
+    int64_t dp_size) {
+  FRAMESHARD_CHECK(
+      data.group_size >= 1,
+      fn,
+      "data.group_size: expected a positive integer, got ",
+      data.group_size);
+  FRAMESHARD_CHECK(
+      data.group_order == "spread" || data.group_order == "contiguous",
+      fn,
+      "data.group_order: expected one of spread, contiguous, got \"",
+      data.group_order,
+      "\"");
+  FRAMESHARD_CHECK(
+      dp_size >= 1 && dp_rank < dp_size,
+      fn,
+      "expected 0 <= dp_rank < dp_size, got dp_rank ",
+      dp_rank,
+      " and dp_size ",
+      dp_size);
+  const int64_t g = data.group_size;
+  const bool spread = data.group_order == "spread";
+  std::map<int64_t, std::vector<GridThw>> prompts;  // drawn once each
+  std::vector<GridThw> grid;
+  std::vector<uint64_t> seeds;
+  for (int64_t k = 0; k < g; ++k) {
+    // This replica's k-th sample in the step's prompt-major order.
+    const int64_t sample = spread ? k * dp_size + dp_rank : dp_rank * g + k;
+    const int64_t p = sample / g;
+    const uint64_t ps = prompt_seed(data.seed, step, p);
+    auto it = prompts.find(p);
+    if (it == prompts.end()) {
+      it =
+          prompts
+              .emplace(
+                  p,
+                  scaled(preset_workload("mixed", ps).grid, layout, data.scale))
+              .first;
+    }
+    for (std::size_t m = 0; m < it->second.size(); ++m) {
+      grid.push_back(it->second[m]);
+      seeds.push_back(media_seed(ps, static_cast<int64_t>(m)));
+    }
+  }
+  const std::vector<int64_t> runs(grid.size() + 1, data.text_tokens);
+  BatchLayout b = build_layout(
+      fn,
+      std::move(grid),
+      runs,
+      layout,
+      vocab_size,
+      pad_multiple,
+      step_seed(data.seed, step, dp_rank) ^ kTextSalt);
+  b.media_seed = std::move(seeds);
+  return b;
+}
+
 }  // namespace
 
 BatchLayout synthetic_batch(
@@ -143,7 +228,8 @@ BatchLayout synthetic_batch(
     int64_t vocab_size,
     int64_t pad_multiple,
     int64_t step,
-    int64_t dp_rank) {
+    int64_t dp_rank,
+    int64_t dp_size) {
   const char* fn = "train::synthetic_batch";
   check_common(fn, data, vocab_size, pad_multiple, step, dp_rank);
   const auto presets = workload_preset_names();
@@ -165,6 +251,10 @@ BatchLayout synthetic_batch(
       fn,
       "data.text_tokens: expected a positive integer, got ",
       data.text_tokens);
+  if (data.preset == "grpo") {
+    return grpo_batch(
+        fn, data, layout, vocab_size, pad_multiple, step, dp_rank, dp_size);
+  }
   const uint64_t seed = step_seed(data.seed, step, dp_rank);
   std::vector<GridThw> grid =
       scaled(preset_workload(data.preset, seed).grid, layout, data.scale);

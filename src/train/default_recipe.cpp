@@ -59,6 +59,10 @@ data:
   scale: 6
   text_tokens: 16
   samples_per_step: 4
+  # preset grpo only: samples per prompt, and spread (each group over every
+  # DP replica) or contiguous (one group per replica).
+  group_size: 8
+  group_order: spread
   seed: 0
 train:
   steps: 30

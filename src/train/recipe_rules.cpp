@@ -28,6 +28,13 @@ const std::vector<std::string>& model_towers() {
   return kTowers;
 }
 
+// How the grpo preset deals a step's samples to the DP replicas
+// (data_batch.h).
+const std::vector<std::string>& group_orders() {
+  static const std::vector<std::string> kOrders{"spread", "contiguous"};
+  return kOrders;
+}
+
 const std::vector<std::string>& dtypes() {
   static const std::vector<std::string> kDtypes{
       "float32", "float64", "bfloat16"};
@@ -234,6 +241,8 @@ void add_data_rules(RuleBuilder& b) {
   // At least one text token per run, so every synthetic batch has a label.
   b.add_int(FRAMESHARD_RECIPE_FIELD(data, text_tokens), 1);
   b.add_int(FRAMESHARD_RECIPE_FIELD(data, samples_per_step), 1);
+  b.add_int(FRAMESHARD_RECIPE_FIELD(data, group_size), 1);
+  b.add_choice(FRAMESHARD_RECIPE_FIELD(data, group_order), group_orders());
   b.add_int(FRAMESHARD_RECIPE_FIELD(data, seed), 0);
 }
 

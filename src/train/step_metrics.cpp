@@ -8,7 +8,8 @@ namespace train {
 
 std::vector<StepMetrics> gather_step_metrics(
     const StepMetrics& mine, const TrainGroups& groups) {
-  // One fixed-size record of doubles per rank; the plan path as 0/1.
+  // One fixed-size record of doubles per rank (counts below 2^53 are
+  // exact); the plan path as 0/1.
   const std::vector<double> rec = {
       static_cast<double>(mine.step),
       mine.loss,
@@ -22,7 +23,12 @@ std::vector<StepMetrics> gather_step_metrics(
       mine.plan_path == "sharded" ? 1.0 : 0.0,
       static_cast<double>(mine.visual_bytes_received),
       static_cast<double>(mine.allgather_bytes_received),
-      mine.vision_cpu_seconds};
+      mine.vision_cpu_seconds,
+      mine.hash_seconds,
+      static_cast<double>(mine.frames_total),
+      static_cast<double>(mine.frames_distinct),
+      static_cast<double>(mine.rows_total),
+      static_cast<double>(mine.rows_distinct)};
   at::Tensor local = at::tensor(rec, at::TensorOptions().dtype(at::kDouble));
   const int64_t world = groups.world ? groups.world->getSize() : 1;
   std::vector<at::Tensor> all;
@@ -54,6 +60,11 @@ std::vector<StepMetrics> gather_step_metrics(
     m.visual_bytes_received = static_cast<int64_t>(v[10]);
     m.allgather_bytes_received = static_cast<int64_t>(v[11]);
     m.vision_cpu_seconds = v[12];
+    m.hash_seconds = v[13];
+    m.frames_total = static_cast<int64_t>(v[14]);
+    m.frames_distinct = static_cast<int64_t>(v[15]);
+    m.rows_total = static_cast<int64_t>(v[16]);
+    m.rows_distinct = static_cast<int64_t>(v[17]);
     result.push_back(m);
   }
   return result;

@@ -3,12 +3,12 @@
 
 #include <frameshard/error.h>
 #include <frameshard/models/cost_bridge.h>
-#include <frameshard/owner_route.h>
 #include <frameshard/runtime/agree.h>
 #include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/mesh_encode.h>
 #include <frameshard/train/cp_attention.h>
 
+#include "train/local_batch.h"
 #include "train/vision_stage.h"
 #include "train/vlm_parts.h"
 
@@ -84,23 +84,23 @@ void check_groups(const TrainConfig& c, const TrainGroups& g) {
       c.parallel.tp_size);
 }
 
+// Each DeepStack output is added after its own decoder block.
+void check_deepstack(
+    const models::QwenVisionModel& tower, const ModelConfig& model) {
+  const int64_t deepstack =
+      static_cast<int64_t>(tower.config.output_names().size()) - 1;
+  FRAMESHARD_CHECK(
+      deepstack <= model.text_layers,
+      "train",
+      "expected model.text_layers >= the tower's DeepStack outputs (",
+      deepstack,
+      "), got ",
+      model.text_layers);
+}
+
 uint64_t config_fingerprint(const TrainConfig& c, bool sharded) {
   return std::hash<std::string>{}(to_yaml(c) + (sharded ? "|s" : "|r"));
 }
-
-// The step's inputs on this rank: the packed sequence of its DP replica
-// and this CP rank's share of it.
-struct LocalBatch {
-  BatchLayout layout;
-  at::Tensor pixels;        // [rows, features], the replica's media
-  at::Tensor grid;          // int64 [media, 3]
-  at::Tensor positions;     // int64 [local]: global positions held here
-  at::Tensor tokens;        // int64 [local]
-  at::Tensor labels;        // int64 [local]
-  at::Tensor media_rows;    // int64: local rows that hold media tokens
-  at::Tensor media_src;     // int64: their rows in the visual embeddings
-  int64_t label_count = 0;  // labels of the whole replica (the divisor)
-};
 
 // Rank 0's parameters on every rank (as DDP does at construction): the
 // seeded initialisation already agrees, this makes it independent of how
@@ -124,10 +124,6 @@ void broadcast_parameters(
     p.second.copy_(flat[0].narrow(0, off, n).view(p.second.sizes()));
     off += n;
   }
-}
-
-at::Tensor long_tensor(const std::vector<int64_t>& v, c10::Device d) {
-  return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(d);
 }
 
 }  // namespace
@@ -160,15 +156,7 @@ Trainer::Trainer(
       s.decoder = Decoder(detail::decoder_config(
           config.model, s.tower.config.out_hidden_size()));
     }
-    const int64_t deepstack =
-        static_cast<int64_t>(s.tower.config.output_names().size()) - 1;
-    FRAMESHARD_CHECK(
-        deepstack <= config.model.text_layers,
-        "train",
-        "expected model.text_layers >= the tower's DeepStack outputs (",
-        deepstack,
-        "), got ",
-        config.model.text_layers);
+    check_deepstack(s.tower, config.model);
     s.decoder->to(s.dtype);
     s.tower.module->to(groups.device);
     s.decoder->to(groups.device);
@@ -194,8 +182,14 @@ Trainer::Trainer(
         s.params,
         torch::optim::AdamWOptions(config.train.lr)
             .weight_decay(config.train.weight_decay));
+    // Dedup belongs to the sharded arm (with sharding off it is AReaL's
+    // rank-local dedup); the replicated arm is the baseline without it.
     s.vision = std::make_unique<detail::VisionStage>(
-        s.tower.tower, config.model.vision_checkpointing, &s.memory);
+        s.tower.tower,
+        config.model.vision_checkpointing,
+        &s.memory,
+        sharded && config.parallel.frame_sharding.dedup,
+        s.plan.layout);
   } catch (...) {
     error = std::current_exception();
   }
@@ -243,7 +237,8 @@ BatchLayout Trainer::batch(int64_t step) const {
       s.config.model.vocab_size,
       pad,
       step,
-      dp_rank());
+      dp_rank(),
+      s.dp);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Trainer::named_parameters()
@@ -260,76 +255,10 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::named_parameters()
 
 namespace {
 
-LocalBatch local_batch(
-    const Trainer& t,
-    const TrainConfig& c,
-    int64_t step,
-    at::ScalarType dtype,
-    c10::Device d,
-    int64_t features) {
-  LocalBatch b;
-  b.layout = t.batch(step);
-  const int64_t cp = c.parallel.cp_size;
-  int64_t rows = 0;
-  for (const auto& g : b.layout.grid) {
-    rows += g.t * g.h * g.w;
-  }
-  b.pixels = detail::synthetic_pixels(
-                 rows,
-                 features,
-                 static_cast<uint64_t>(c.data.seed),
-                 step,
-                 t.dp_rank(),
-                 dtype)
-                 .to(d);
-  b.grid = grid_to_tensor(b.layout.grid, d);
-  const auto pos = cp_local_positions(b.layout.seq_len(), cp, t.cp_rank());
-  std::vector<int64_t> tokens, labels, media_rows, media_src;
-  // media_index[p]: the visual row of media position p (sequence order).
-  std::vector<int64_t> media_index(b.layout.tokens.size(), -1);
-  int64_t next = 0;
-  for (size_t p = 0; p < b.layout.tokens.size(); ++p) {
-    if (b.layout.tokens[p] == kMediaToken) {
-      media_index[p] = next++;
-    }
-    b.label_count += b.layout.labels[p] != kIgnoreLabel ? 1 : 0;
-  }
-  for (size_t i = 0; i < pos.size(); ++i) {
-    const auto p = static_cast<size_t>(pos[i]);
-    tokens.push_back(b.layout.tokens[p]);
-    labels.push_back(b.layout.labels[p]);
-    if (media_index[p] >= 0) {
-      media_rows.push_back(static_cast<int64_t>(i));
-      media_src.push_back(media_index[p]);
-    }
-  }
-  b.positions = long_tensor(pos, d);
-  b.tokens = long_tensor(tokens, d);
-  b.labels = long_tensor(labels, d);
-  b.media_rows = long_tensor(media_rows, d);
-  b.media_src = long_tensor(media_src, d);
-  return b;
-}
-
-// gather: owner. Each visual token goes to the CP rank whose load-balanced
-// chunks hold its position; encode then returns this rank's rows only, in
-// ascending token order, which is the order of its local media rows.
-void route_to_owners(LocalBatch& b, int64_t cp, EncodeOptions& eo) {
-  std::vector<int64_t> media_positions;
-  for (size_t p = 0; p < b.layout.tokens.size(); ++p) {
-    if (b.layout.tokens[p] == kMediaToken) {
-      media_positions.push_back(static_cast<int64_t>(p));
-    }
-  }
-  eo.token_owner = visual_token_owners(
-      media_positions, b.layout.seq_len(), cp, SequenceSplit::kLoadBalanced);
-  b.media_src = at::arange(b.media_rows.size(0), b.media_rows.options());
-}
-
 // The decoder's input and DeepStack additions from the visual outputs.
 at::Tensor decoder_loss(
     Decoder& lm,
-    const LocalBatch& b,
+    const detail::LocalBatch& b,
     const std::vector<at::Tensor>& visual,
     const ProcessGroupPtr& cp) {
   at::Tensor h = lm->embed(b.tokens);
@@ -417,7 +346,7 @@ std::vector<at::Tensor> no_visual_rows(
 // no visual rows for this rank.
 std::vector<at::Tensor> encode_step(
     detail::VisionStage& vision,
-    const LocalBatch& b,
+    const detail::LocalBatch& b,
     const TrainGroups& g,
     int64_t mesh_dp,
     int64_t cp,
@@ -429,7 +358,7 @@ std::vector<at::Tensor> encode_step(
     mo.plan = eo.plan;
     mo.timeout = eo.timeout;
     mo.token_owner = eo.token_owner;
-    return vision.forward_mesh(b.pixels, b.grid, g.world, mo);
+    return vision.forward_mesh(b.pixels, b.grid, g.world, mo, g.cp);
   }
   if (b.layout.grid.empty()) {
     vision.skip();
@@ -446,7 +375,8 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   const auto start = Clock::now();
   s.memory.reset_peak();
   const int64_t features = s.tower.config.in_features();
-  LocalBatch b = local_batch(*this, s.config, step, s.dtype, device, features);
+  detail::LocalBatch b =
+      detail::local_batch(*this, s.config, step, s.dtype, device, features);
   for (auto& p : s.params) {
     p.mutable_grad() = at::Tensor();
   }
@@ -455,7 +385,7 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   eo.plan = s.plan;
   eo.timeout = std::chrono::milliseconds(s.config.train.timeout_ms);
   if (s.config.parallel.frame_sharding.gather == "owner") {
-    route_to_owners(b, s.cp, eo);
+    detail::route_to_owners(b, s.cp, eo);
   }
   std::vector<at::Tensor> visual =
       encode_step(*s.vision, b, s.groups, s.mesh ? s.dp : 0, s.cp, eo);
@@ -485,6 +415,12 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   m.vision_seconds = s.vision->tower_seconds();
   m.vision_cpu_seconds = s.vision->tower_cpu_seconds();
   m.gather_seconds = s.vision->gather_seconds();
+  m.hash_seconds = s.vision->hash_seconds();
+  const detail::FrameCounts& counts = s.vision->frame_counts();
+  m.frames_total = counts.frames_total;
+  m.frames_distinct = counts.frames_distinct;
+  m.rows_total = counts.rows_total;
+  m.rows_distinct = counts.rows_distinct;
   m.vision_peak_bytes = vision_peak;
   m.tower_rows = s.vision->tower_rows();
   m.visual_bytes_received = s.vision->bytes_received();

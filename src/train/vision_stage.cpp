@@ -2,6 +2,9 @@
 // in two phases (see vision_stage.h).
 #include "train/vision_stage.h"
 
+#include <frameshard/runtime/frame_keys.h>
+#include <frameshard/runtime/gather.h>
+
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -11,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <utility>
 
 namespace frameshard {
@@ -35,10 +39,16 @@ double thread_cpu_seconds() {
 }
 
 VisionStage::VisionStage(
-    VisionTower tower, bool checkpointing, MemoryStats* memory)
+    VisionTower tower,
+    bool checkpointing,
+    MemoryStats* memory,
+    bool dedup,
+    MediaLayout layout)
     : tower_(std::move(tower)),
       checkpointing_(checkpointing),
-      memory_(memory) {}
+      memory_(memory),
+      dedup_(dedup),
+      layout_(layout) {}
 
 std::vector<at::Tensor> VisionStage::run_tower(const TowerInput& input) {
   const auto device = input.pixel_values.device();
@@ -75,6 +85,8 @@ void VisionStage::begin_step() {
   tower_seconds_ = 0.0;
   tower_cpu_seconds_ = 0.0;
   gather_seconds_ = 0.0;
+  hash_seconds_ = 0.0;
+  counts_ = FrameCounts{};
   peak_before_tower_ = 0;
   tower_peak_bytes_ = 0;
   tower_rows_ = 0;
@@ -115,13 +127,18 @@ std::vector<at::Tensor> VisionStage::forward(
     const ProcessGroupPtr& group,
     const EncodeOptions& options) {
   begin_step();
+  EncodeOptions o = options;
+  if (dedup_) {
+    o.unit_keys = hash(pixel_values, grid_thw, group, o.timeout);
+  }
   const auto start = Clock::now();
   EncodeResult res = encode(
       [this](const TowerInput& in) { return run_tower(in); },
       pixel_values,
       grid_thw,
       group,
-      options);
+      o);
+  count_frames(grid_thw, res.dedup);
   plan_ = std::move(res.plan);
   bytes_received_ = res.bytes_received;
   allgather_bytes_received_ = res.allgather_bytes_received;
@@ -132,19 +149,150 @@ std::vector<at::Tensor> VisionStage::forward_mesh(
     const at::Tensor& pixel_values,
     const at::Tensor& grid_thw,
     const ProcessGroupPtr& mesh_group,
-    const MeshEncodeOptions& options) {
+    const MeshEncodeOptions& options,
+    const ProcessGroupPtr& hash_group) {
   begin_step();
+  MeshEncodeOptions o = options;
+  if (dedup_) {
+    o.dedup = true;
+    o.unit_keys = hash(pixel_values, grid_thw, hash_group, o.timeout);
+  }
   const auto start = Clock::now();
   MeshEncodeResult res = encode_mesh(
       [this](const TowerInput& in) { return run_tower(in); },
       pixel_values,
       grid_thw,
       mesh_group,
-      options);
+      o);
+  count_mesh_frames(
+      grid_thw, res.plan, mesh_group->getRank() / o.cp, o.unit_keys);
   plan_ = std::move(res.plan.plan);
   // Pixels and outputs; there is no all-gather to compare with (0).
   bytes_received_ = res.bytes_received;
   return keep_outputs(std::move(res.outputs), pixel_values.device(), start);
+}
+
+namespace {
+
+// The keys of every frame unit, each rank of `group` hashing a contiguous
+// share of the media (cut where the pixel rows pass r / size of them) and
+// the shares all-gathered (16 bytes a unit): hashing the whole batch on
+// every rank would be CP times the work, the redundancy frame sharding
+// removes from the tower. A unit's key depends on its rows alone, so the
+// shares' keys are the whole batch's. Collective over `group`, whose ranks
+// hold the same batch.
+std::vector<UnitKey> shared_keys(
+    const at::Tensor& pixels,
+    const at::Tensor& grid_thw,
+    const ProcessGroupPtr& group,
+    const MediaLayout& layout,
+    std::chrono::milliseconds timeout) {
+  const std::vector<GridThw> grid = grid_from_tensor(grid_thw);
+  const FrameSet fs = expand_frames(grid, layout);
+  const auto size = static_cast<int64_t>(group->getSize());
+  std::vector<int64_t> offset{0};  // first pixel row of each medium
+  std::vector<int64_t> units(grid.size(), 0);
+  for (size_t m = 0; m < grid.size(); ++m) {
+    offset.push_back(offset.back() + grid[m].patches());
+  }
+  for (const FrameUnit& u : fs.units) {
+    units[static_cast<size_t>(u.media)] += 1;
+  }
+  std::vector<int64_t> cut{0};
+  std::vector<int64_t> counts;
+  for (int64_t r = 1; r <= size; ++r) {
+    const int64_t target = (offset.back() * r + size - 1) / size;
+    cut.push_back(
+        std::lower_bound(offset.begin(), offset.end() - 1, target) -
+        offset.begin());
+    counts.push_back(std::accumulate(
+        units.begin() + cut[r - 1], units.begin() + cut[r], int64_t{0}));
+  }
+  const auto rank = static_cast<size_t>(group->getRank());
+  const int64_t a = cut[rank];
+  const int64_t b = cut[rank + 1];
+  const std::vector<UnitKey> mine = frame_keys(
+      pixels.narrow(0, offset[a], offset[b] - offset[a]),
+      grid_thw.narrow(0, a, b - a),
+      layout);
+  std::vector<int64_t> words;
+  for (const UnitKey& k : mine) {
+    words.push_back(static_cast<int64_t>(k.hi));
+    words.push_back(static_cast<int64_t>(k.lo));
+  }
+  at::NoGradGuard no_grad;
+  const at::Tensor local = at::tensor(words, at::kLong)
+                               .view({static_cast<int64_t>(mine.size()), 2})
+                               .to(pixels.device());
+  GatherOptions go;
+  go.timeout = timeout;
+  const at::Tensor all =
+      all_gather_rows(local, counts, group, go).cpu().contiguous();
+  const int64_t* w = all.data_ptr<int64_t>();
+  std::vector<UnitKey> keys(static_cast<size_t>(all.size(0)));
+  for (size_t u = 0; u < keys.size(); ++u) {
+    keys[u] = {
+        static_cast<uint64_t>(w[2 * u]), static_cast<uint64_t>(w[2 * u + 1])};
+  }
+  return keys;
+}
+
+}  // namespace
+
+std::vector<UnitKey> VisionStage::hash(
+    const at::Tensor& pixel_values,
+    const at::Tensor& grid_thw,
+    const ProcessGroupPtr& group,
+    std::chrono::milliseconds timeout) {
+  const auto start = Clock::now();
+  std::vector<UnitKey> keys =
+      group && group->getSize() > 1
+          ? shared_keys(pixel_values, grid_thw, group, layout_, timeout)
+          : frame_keys(pixel_values, grid_thw, layout_);
+  hash_seconds_ += elapsed_seconds(start, pixel_values.device());
+  return keys;
+}
+
+// The replica's units and rows; with keys, encode's count of the distinct
+// ones (dedup.units is 0 without keys).
+void VisionStage::count_frames(
+    const at::Tensor& grid_thw, const FrameDedup& dedup) {
+  const FrameSet f = expand_frames(grid_from_tensor(grid_thw), layout_);
+  counts_.frames_total = static_cast<int64_t>(f.units.size());
+  counts_.rows_total = f.total_patch_rows;
+  const bool keyed = dedup.units > 0;
+  counts_.frames_distinct = keyed ? dedup.distinct_units : counts_.frames_total;
+  counts_.rows_distinct =
+      keyed ? dedup.distinct_patch_rows : f.total_patch_rows;
+}
+
+// The sharded mesh plans over the mesh's distinct units: this replica's
+// share is those first used here. The replicated mesh path dedups each
+// replica on its own (encode_mesh), as the CP path does.
+void VisionStage::count_mesh_frames(
+    const at::Tensor& grid_thw,
+    const MeshPlan& plan,
+    int64_t replica,
+    const std::vector<UnitKey>& keys) {
+  const std::vector<GridThw> grid = grid_from_tensor(grid_thw);
+  if (!dedup_ || grid.empty() || !plan.plan.sharded()) {
+    count_frames(
+        grid_thw,
+        dedup_ && !grid.empty() ? dedup_frames(grid, keys, layout_)
+                                : FrameDedup{});
+    return;
+  }
+  count_frames(grid_thw, FrameDedup{});
+  counts_.frames_distinct = 0;
+  counts_.rows_distinct = 0;
+  const FrameDedup& d = plan.dedup;
+  for (int64_t u = 0; u < d.distinct_units; ++u) {
+    if (plan.replica_of_unit(d.first_use[static_cast<size_t>(u)]) == replica) {
+      counts_.frames_distinct += 1;
+      counts_.rows_distinct +=
+          plan.plan.frames.units[static_cast<size_t>(u)].patch_rows;
+    }
+  }
 }
 
 namespace {

@@ -15,6 +15,18 @@
 // forward_mesh is the same over the whole dp x cp mesh (encode_mesh,
 // mesh_dims [dp, cp]); skip() is a step without vision (a text-only batch
 // on the CP path, where every rank of the CP group skips alike).
+//
+// With dedup (frame_sharding.dedup on the sharded arm) the stage hashes
+// the pixel rows (frame_keys, timed as hash_seconds, apart from the tower
+// and the gather; the CP ranks of a replica each hash a share of its media
+// and all-gather the keys, so the group hashes the batch once) and passes
+// the keys to encode / encode_mesh, which then run the tower on each
+// distinct frame unit once. It counts, per step, the
+// frame units and patch rows of this rank's replica (uses) and the distinct
+// ones the arm encodes on its behalf: all of them without dedup; its
+// replica's distinct units on the CP path and on the mesh's replicated
+// path; on the mesh's sharded path the mesh's distinct units whose first
+// use is in this replica, so the replicas' counts add up to the mesh's.
 // Defined in src/train/vision_stage.cpp.
 #pragma once
 
@@ -31,9 +43,23 @@ namespace frameshard {
 namespace train {
 namespace detail {
 
+struct FrameCounts {
+  int64_t frames_total = 0;
+  int64_t frames_distinct = 0;
+  int64_t rows_total = 0;
+  int64_t rows_distinct = 0;
+};
+
 class VisionStage {
  public:
-  VisionStage(VisionTower tower, bool checkpointing, MemoryStats* memory);
+  /// `dedup`: hash the pixels and encode each distinct unit once;
+  /// `layout` is the tower's (frame units, keys).
+  VisionStage(
+      VisionTower tower,
+      bool checkpointing,
+      MemoryStats* memory,
+      bool dedup = false,
+      MediaLayout layout = {});
 
   /// Runs encode; returns its outputs, detached into leaves that require
   /// grad (the decoder's inputs). Collective over `group`.
@@ -45,11 +71,14 @@ class VisionStage {
   /// The same through encode_mesh over `mesh_group` (dp * cp ranks):
   /// `pixel_values` and `grid_thw` are this rank's replica's. Returns
   /// nothing for a text-only replica on the replicated path (no tower ran).
+  /// With dedup, options.dedup and unit_keys are set here, the pixels
+  /// hashed over `hash_group` (this replica's CP group; null: alone).
   std::vector<at::Tensor> forward_mesh(
       const at::Tensor& pixel_values,
       const at::Tensor& grid_thw,
       const ProcessGroupPtr& mesh_group,
-      const MeshEncodeOptions& options);
+      const MeshEncodeOptions& options,
+      const ProcessGroupPtr& hash_group = nullptr);
   /// A step without vision: the timings and rows read 0.
   void skip();
 
@@ -71,6 +100,15 @@ class VisionStage {
   }
   double gather_seconds() const {
     return gather_seconds_;
+  }
+  /// frame_keys' time this step (0 without dedup).
+  double hash_seconds() const {
+    return hash_seconds_;
+  }
+  /// This step's frame units and patch rows, all uses and distinct (see
+  /// the banner).
+  const FrameCounts& frame_counts() const {
+    return counts_;
   }
   int64_t tower_peak_bytes() const {
     return tower_peak_bytes_;
@@ -98,6 +136,17 @@ class VisionStage {
  private:
   std::vector<at::Tensor> run_tower(const TowerInput& input);
   void begin_step();
+  std::vector<UnitKey> hash(
+      const at::Tensor& pixel_values,
+      const at::Tensor& grid_thw,
+      const ProcessGroupPtr& group,
+      std::chrono::milliseconds timeout);
+  void count_frames(const at::Tensor& grid_thw, const FrameDedup& dedup);
+  void count_mesh_frames(
+      const at::Tensor& grid_thw,
+      const MeshPlan& plan,
+      int64_t replica,
+      const std::vector<UnitKey>& keys);
   std::vector<at::Tensor> keep_outputs(
       std::vector<at::Tensor> outputs,
       c10::Device device,
@@ -106,6 +155,8 @@ class VisionStage {
   VisionTower tower_;
   bool checkpointing_;
   MemoryStats* memory_;
+  bool dedup_;
+  MediaLayout layout_;
   // Per step:
   TowerInput input_;                   // what the tower saw (recompute)
   std::vector<at::Tensor> tower_out_;  // its outputs (graph unless ckpt)
@@ -116,6 +167,8 @@ class VisionStage {
   double tower_seconds_ = 0.0;
   double tower_cpu_seconds_ = 0.0;
   double gather_seconds_ = 0.0;
+  double hash_seconds_ = 0.0;
+  FrameCounts counts_;
   int64_t tower_peak_bytes_ = 0;
   int64_t peak_before_tower_ = 0;
   int64_t tower_rows_ = 0;

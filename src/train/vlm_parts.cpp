@@ -7,6 +7,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <map>
 #include <vector>
 
 namespace frameshard {
@@ -135,6 +136,38 @@ at::Tensor synthetic_pixels(
   at::Tensor x =
       at::randn({rows, features}, gen, at::TensorOptions().dtype(at::kFloat));
   return x.to(dtype);
+}
+
+at::Tensor media_pixels(
+    const std::vector<GridThw>& grid,
+    const std::vector<uint64_t>& seeds,
+    int64_t features,
+    at::ScalarType dtype) {
+  FRAMESHARD_CHECK(
+      seeds.size() == grid.size(),
+      "train",
+      "expected one pixel seed per medium (",
+      grid.size(),
+      "), got ",
+      seeds.size());
+  // A repeat is drawn once and shared (the draw, not the seed, costs).
+  std::map<uint64_t, at::Tensor> drawn;
+  std::vector<at::Tensor> parts;
+  for (std::size_t m = 0; m < grid.size(); ++m) {
+    const int64_t rows = grid[m].t * grid[m].h * grid[m].w;
+    auto it = drawn.find(seeds[m]);
+    if (it == drawn.end() || it->second.size(0) != rows) {
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seeds[m]);
+      at::Tensor x = at::randn(
+          {rows, features}, gen, at::TensorOptions().dtype(at::kFloat));
+      it = drawn.insert_or_assign(seeds[m], x.to(dtype)).first;
+    }
+    parts.push_back(it->second);
+  }
+  if (parts.empty()) {
+    return at::zeros({0, features}, at::TensorOptions().dtype(dtype));
+  }
+  return at::cat(parts, 0);
 }
 
 }  // namespace detail

@@ -5,11 +5,15 @@
 // config, the plan layout. Defined in src/train/vlm_parts.cpp.
 #pragma once
 
+#include <frameshard/frames.h>
 #include <frameshard/models/qwen_factory.h>
 #include <frameshard/train/decoder.h>
 #include <frameshard/train/train_config.h>
 
 #include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
 
 namespace frameshard {
 namespace train {
@@ -33,6 +37,15 @@ at::Tensor synthetic_pixels(
     uint64_t seed,
     int64_t step,
     int64_t dp_rank,
+    at::ScalarType dtype);
+
+/// The pixel rows of media drawn one by one, medium m's [t*h*w, features]
+/// from seeds[m] alone (BatchLayout::media_seed), so equal seeds give
+/// bit-identical rows; on the CPU.
+at::Tensor media_pixels(
+    const std::vector<GridThw>& grid,
+    const std::vector<uint64_t>& seeds,
+    int64_t features,
     at::ScalarType dtype);
 
 }  // namespace detail

@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const frameshard::Workload again =
       frameshard::parse_workload(frameshard::to_json(workload), "again");
-  if (again.grid != workload.grid ||
+  if (again.grid != workload.grid || again.media_ids != workload.media_ids ||
       again.layout.spatial_merge_size != workload.layout.spatial_merge_size ||
       again.layout.temporal_patch_size != workload.layout.temporal_patch_size) {
     std::abort();

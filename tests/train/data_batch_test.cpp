@@ -201,8 +201,8 @@ TEST(SyntheticBatch, RejectsBadArgumentsNamingThem) {
   bad.preset = "movies";
   expect_contains(
       error_of([&] { synthetic_batch(bad, kLayout, 256, 4, 0, 0); }),
-      fn + "data.preset: expected one of doc, multi, video, mixed, got "
-           "\"movies\"");
+      fn + "data.preset: expected one of doc, multi, video, mixed, grpo, "
+           "got \"movies\"");
   bad = d;
   bad.text_tokens = 0;
   expect_contains(

@@ -47,6 +47,8 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.data.scale, b.data.scale);
   EXPECT_EQ(a.data.text_tokens, b.data.text_tokens);
   EXPECT_EQ(a.data.samples_per_step, b.data.samples_per_step);
+  EXPECT_EQ(a.data.group_size, b.data.group_size);
+  EXPECT_EQ(a.data.group_order, b.data.group_order);
   EXPECT_EQ(a.data.seed, b.data.seed);
   EXPECT_EQ(a.train.steps, b.train.steps);
   EXPECT_EQ(a.train.lr, b.train.lr);
@@ -101,7 +103,7 @@ TEST(Recipe, EveryFieldRoundTripsThroughToYaml) {
       300,
       true,
       true};
-  c.data = {"video", "a b.jsonl", 2, 7, 9, 11};
+  c.data = {"video", "a b.jsonl", 2, 7, 9, 16, "contiguous", 11};
   c.train = {5, 0.1, 3e-5, "bfloat16", 13, 5000};
   const std::string text = to_yaml(c);
   expect_same(parse_train_config(text, "to_yaml"), c);
@@ -216,7 +218,8 @@ TEST(Recipe, UnknownModelKeyIsRejectedWithItsPathAndTheKnownKeys) {
   expect_contains(
       error_of([] { parse_train_config("data: {shuffle: true}\n"); }),
       "data.shuffle: expected a known key under data (preset, manifest, "
-      "scale, text_tokens, samples_per_step, seed)");
+      "scale, text_tokens, samples_per_step, group_size, group_order, "
+      "seed)");
   expect_contains(
       error_of([] { parse_train_config("train: {epochs: 1}\n"); }),
       "train.epochs: expected a known key under train (steps, lr, "
@@ -251,7 +254,8 @@ TEST(Recipe, TypeErrorsNameThePathTheExpectationTheValueAndTheLine) {
       {"model: {model_dir: [a]}\n",
        "model.model_dir: expected a path (a string), got [a]"},
       {"data: {preset: movies}\n",
-       "data.preset: expected one of doc, multi, video, mixed, got movies"},
+       "data.preset: expected one of doc, multi, video, mixed, grpo, got "
+       "movies"},
       {"data: {scale: 0}\n", "data.scale: expected a positive integer, got 0"},
       {"data: {text_tokens: 0}\n",
        "data.text_tokens: expected a positive integer, got 0"},

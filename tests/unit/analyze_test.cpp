@@ -66,5 +66,48 @@ TEST(AnalyzeBatches, RejectsNoBatchesAndBadCp) {
       "expected CP sizes in [1, 65536], got 0");
 }
 
+TEST(AnalyzeBatches, RepeatedMediaCountOnceAndDedupPlansTheDistinctUnits) {
+  // A group of four samples of one 2-frame video (ids 0) and one image
+  // (id 1): 12 frame units, 3 distinct.
+  const std::vector<std::vector<GridThw>> batches = {
+      {{2, 32, 32},
+       {1, 32, 32},
+       {2, 32, 32},
+       {1, 32, 32},
+       {2, 32, 32},
+       {1, 32, 32},
+       {2, 32, 32},
+       {1, 32, 32}}};
+  AnalyzeOptions o = options({2});
+  o.media_ids = {{0, 1, 0, 1, 0, 1, 0, 1}};
+  const WorkloadAnalysis all = analyze_batches(batches, o);
+  EXPECT_EQ(all.frame_units, 12);
+  EXPECT_EQ(all.distinct_frame_units, 3);
+  EXPECT_EQ(all.patch_rows, 12 * 1024);
+  EXPECT_EQ(all.distinct_patch_rows, 3 * 1024);
+  EXPECT_EQ(all.distinct_tokens, 3 * 256);
+  EXPECT_DOUBLE_EQ(all.rows[0].methods[0].speedup, 2.0);  // 12 ms -> 6
+  o.dedup = true;  // 3 distinct frames (4 shard): replicated, 3 ms
+  const WorkloadAnalysis distinct = analyze_batches(batches, o);
+  EXPECT_EQ(distinct.frame_units, 12);  // the uses are still counted
+  EXPECT_DOUBLE_EQ(distinct.rows[0].methods[0].shard_share, 0.0);
+  o.plan.policy.min_frames = 2;  // now 3 ms -> 2 ms at CP 2
+  EXPECT_DOUBLE_EQ(
+      analyze_batches(batches, o).rows[0].methods[0].speedup, 3.0 / 2.0);
+  // Without ids every row is distinct.
+  const WorkloadAnalysis plain = analyze_batches(batches, options({2}));
+  EXPECT_EQ(plain.distinct_frame_units, plain.frame_units);
+  o.media_ids = {{0, 1}};
+  testing::expect_contains(
+      testing::error_of([&] { analyze_batches(batches, o); }),
+      "frameshard::media_id_unit_keys: expected one media id per grid_thw "
+      "row (8), got 2");
+  o.media_ids = {{}, {}};
+  testing::expect_contains(
+      testing::error_of([&] { analyze_batches(batches, o); }),
+      "frameshard::analyze_batches: expected media ids for each of the 1 "
+      "batches or none, got 2");
+}
+
 }  // namespace
 }  // namespace frameshard

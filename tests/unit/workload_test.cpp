@@ -52,7 +52,14 @@ TEST(Workload, RejectsBadDocuments) {
       {"[[1, 2, 2]]", {"(document): expected a JSON object", "got [[1,2,2]]"}},
       {R"({"grid": [[1, 2, 2]]})",
        {"frameshard::workload: grid: expected a known key (grid_thw, "
-        "spatial_merge_size, temporal_patch_size), got unknown key grid"}},
+        "spatial_merge_size, temporal_patch_size, media_ids), got unknown "
+        "key grid"}},
+      {R"({"grid_thw": [[1, 2, 2], [1, 2, 2]], "media_ids": [7]})",
+       {"media_ids: expected one id per grid_thw row (2), got 1 ids"}},
+      {R"({"media_ids": [1, -1], "grid_thw": [[1, 2, 2], [1, 2, 2]]})",
+       {"media_ids[1]: expected a non-negative integer, got -1"}},
+      {R"({"grid_thw": [[1, 2, 2]], "media_ids": "a"})",
+       {"media_ids: expected a list of non-negative integers, got \"a\""}},
       {R"({"spatial_merge_size": 2})",
        {"grid_thw: expected a non-empty list of [t, h, w] rows, got nothing"}},
       {R"({"grid_thw": 5})",
@@ -112,6 +119,7 @@ TEST(Workload, JsonRoundTrip) {
     EXPECT_EQ(back.grid, wl.grid) << name;
     EXPECT_EQ(back.layout.spatial_merge_size, wl.layout.spatial_merge_size);
     EXPECT_EQ(back.layout.temporal_patch_size, wl.layout.temporal_patch_size);
+    EXPECT_EQ(back.media_ids, wl.media_ids) << name;
   }
   Workload custom;
   custom.grid = {{2, 3, 6}};
@@ -170,12 +178,12 @@ TEST(Workload, ScaleWorkloadDividesHeightAndWidthInMergeCells) {
 TEST(Presets, NamesAndUnknownName) {
   EXPECT_EQ(
       workload_preset_names(),
-      (std::vector<std::string>{"doc", "multi", "video", "mixed"}));
+      (std::vector<std::string>{"doc", "multi", "video", "mixed", "grpo"}));
   const std::string msg = error_of([] { preset_workload("movie", 0); });
   expect_contains(
       msg,
       "frameshard::preset_workload: expected one of doc, multi, video, "
-      "mixed, got movie");
+      "mixed, grpo, got movie");
 }
 
 TEST(Presets, DeterministicPerSeed) {
@@ -199,7 +207,8 @@ TEST(Presets, DeterministicPerSeed) {
 // the stream or the shape rounding must show up here and be deliberate.
 TEST(Presets, GoldenSeedZero) {
   uint64_t h = 0xcbf29ce484222325ULL;
-  for (const auto& name : workload_preset_names()) {
+  // The presets before grpo (which repeats a mixed-like draw, below).
+  for (const auto& name : {"doc", "multi", "video", "mixed"}) {
     for (const GridThw& g : preset_workload(name, 0).grid) {
       for (int64_t v : {g.t, g.h, g.w}) {
         h = (h ^ static_cast<uint64_t>(v)) * 0x100000001b3ULL;
@@ -308,6 +317,53 @@ TEST(Presets, MixedIsHugeImagesAmongManySmallFrames) {
   // The huge images sit at random positions, not always at one end.
   EXPECT_LT(huge_first, 20);
   EXPECT_LT(huge_last, 20);
+}
+
+TEST(Presets, GrpoIsOneMixedLikePromptSampledEightTimes) {
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const Workload wl = preset_workload("grpo", seed);
+    ASSERT_EQ(wl.grid.size() % kGrpoPresetGroupSize, 0u);
+    const std::size_t n = wl.grid.size() / kGrpoPresetGroupSize;
+    ASSERT_EQ(wl.media_ids.size(), wl.grid.size());
+    for (std::size_t i = 0; i < wl.grid.size(); ++i) {
+      EXPECT_EQ(wl.grid[i], wl.grid[i % n]) << i;
+      EXPECT_EQ(wl.media_ids[i], i % n) << i;
+    }
+    // The prompt is drawn as mixed draws: 128 to 512 small frame units and
+    // one or two huge images.
+    const std::vector<GridThw> prompt(
+        wl.grid.begin(), wl.grid.begin() + static_cast<std::ptrdiff_t>(n));
+    const FrameSet f = expand_frames(prompt, wl.layout);
+    EXPECT_GE(f.units.size(), 129u);
+    EXPECT_LE(f.units.size(), 514u);
+    // Each media item once: a GRPO group of 8 is an eighth of the work.
+    const FrameDedup d = dedup_frames(
+        wl.grid, media_id_unit_keys(wl.grid, wl.media_ids, wl.layout));
+    EXPECT_EQ(d.distinct_units, static_cast<int64_t>(f.units.size()));
+    EXPECT_EQ(d.units, kGrpoPresetGroupSize * d.distinct_units);
+    EXPECT_EQ(d.patch_rows, kGrpoPresetGroupSize * d.distinct_patch_rows);
+    EXPECT_EQ(d.grid, prompt);
+  }
+  EXPECT_NE(preset_workload("grpo", 0).grid, preset_workload("mixed", 0).grid);
+  // Scaling keeps the ids.
+  const Workload small = scale_workload(preset_workload("grpo", 1), 8);
+  EXPECT_EQ(small.media_ids, preset_workload("grpo", 1).media_ids);
+}
+
+TEST(Presets, MediaIdKeysShareEveryFrameOfOneIdOnly) {
+  const std::vector<GridThw> grid{{2, 4, 4}, {1, 2, 2}, {2, 4, 4}};
+  const std::vector<UnitKey> keys = media_id_unit_keys(grid, {5, 6, 5});
+  ASSERT_EQ(keys.size(), 5u);
+  EXPECT_EQ(keys[0], keys[3]);  // media 0 and 2, frame 0
+  EXPECT_EQ(keys[1], keys[4]);  // frame 1
+  EXPECT_NE(keys[0], keys[1]);  // frames of one video differ
+  EXPECT_NE(keys[0], keys[2]);
+  expect_contains(
+      error_of([&] {
+        media_id_unit_keys(grid, {1, 2});
+      }),
+      "frameshard::media_id_unit_keys: expected one media id per grid_thw "
+      "row (3), got 2");
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // The token layout of one training microbatch (one packed sequence per
 // DP rank and step), torch-free: which positions hold text and which hold a
 // medium's visual tokens, the next-token labels, and the media grids in
-// sequence order. Pixel values are drawn by the trainer from the grid.
+// sequence order. Pixel values are drawn by the trainer from the grid: one
+// draw per (step, DP rank), or, where media_seed is set (grpo), one draw
+// per medium from its seed, so a medium's rows are bit-identical wherever
+// it appears.
 //
 // Sources:
 //   * synthetic_batch: a seeded preset workload (frameshard/workload.h)
@@ -12,6 +15,21 @@
 //     step, dp_rank): each step and each DP rank draws its own preset batch
 //     (preset_workload with a seed mixed from data.seed, step and dp_rank by
 //     SplitMix64), the same on every machine.
+//   * data.preset grpo (GRPO groups: verl and AReaL sample each prompt G
+//     times, every sample carrying the prompt's images): each step draws
+//     dp_size prompts; prompt p's media are preset_workload("mixed", seed)
+//     scaled by data.scale, its seed mixed from data.seed, step and p (and
+//     a salt, so a prompt is not the mixed preset's batch). Each prompt is
+//     sampled G = data.group_size times; in the step's prompt-major order
+//     sample i is sample i % G of prompt i / G. data.group_order
+//     contiguous: replica r packs samples [r G, (r + 1) G) (prompt r's
+//     group); spread (verl's sequence-length balancing spreads a group over
+//     the DP ranks): replica r packs samples r, r + dp, r + 2 dp, ... (G
+//     of them), so every group is spread over all replicas. At dp 1 both
+//     are the same. Text as above (data.text_tokens before each medium and
+//     at the end of the pack, drawn per step and replica); media_seed[m] is
+//     mixed from the prompt's seed and m's index in the prompt, the same in
+//     every sample and replica that holds it.
 //   * a JSONL manifest, one sample per line (blank lines are skipped):
 //       {"grid_thw": [[1, 28, 28], [4, 16, 16]], "text_tokens": 40}
 //     (40 text tokens split evenly into media + 1 runs, the earlier runs
@@ -44,7 +62,8 @@
 //
 // Usage:
 //   auto b = frameshard::train::synthetic_batch(cfg.data, layout, 256, 4,
-//                                               step, dp_rank);
+//                                               step, dp_rank,
+//                                               cfg.parallel.dp_size);
 //   auto samples = frameshard::train::load_manifest("shapes.jsonl", layout);
 //   auto b2 = frameshard::train::manifest_batch(samples, cfg.data, layout,
 //                                               256, 4, step, dp_rank,
@@ -73,6 +92,10 @@ struct BatchLayout {
   std::vector<int64_t> media_offsets;  // first position of each medium
   int64_t media_tokens = 0;            // positions holding kMediaToken
   int64_t text_tokens = 0;             // positions holding text
+  /// Per medium, the seed of its pixel rows (grpo: equal for the repeats
+  /// of one prompt's medium); empty: the trainer draws the whole batch
+  /// from (data.seed, step, dp rank), as for every other source.
+  std::vector<uint64_t> media_seed;
   int64_t seq_len() const {
     return static_cast<int64_t>(tokens.size());
   }
@@ -86,13 +109,15 @@ struct ManifestSample {
 };
 
 /// See the banner. Throws frameshard::Error for a bad config (field named).
+/// `dp_size` matters to the grpo preset only (dp_rank < dp_size there).
 BatchLayout synthetic_batch(
     const DataConfig& data,
     const MediaLayout& layout,
     int64_t vocab_size,
     int64_t pad_multiple,
     int64_t step,
-    int64_t dp_rank);
+    int64_t dp_rank,
+    int64_t dp_size = 1);
 
 /// Parses JSONL text (`source` names it in errors); every grid row is
 /// checked against `layout` (h and w multiples of the merge size, t >= 1).

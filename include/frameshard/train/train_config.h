@@ -21,7 +21,7 @@
 //     vision_dp_over_cp: false  # Megatron Bridge's switch (see below)
 //     vision_checkpointing: false  # recompute the tower in backward
 //   data:
-//     preset: mixed             # doc | multi | video | mixed
+//     preset: mixed             # doc | multi | video | mixed | grpo
 //     manifest: ""              # JSONL of samples (data_batch.h); wins
 //                               # over preset
 //     scale: 6                  # h and w divided by this (>= 1), manifest
@@ -29,6 +29,10 @@
 //     text_tokens: 16           # text tokens before each medium and at
 //                               # the end (synthetic batches; >= 1)
 //     samples_per_step: 4       # manifest samples packed per step
+//     group_size: 8             # grpo: samples per prompt, G (>= 1)
+//     group_order: spread       # grpo: spread | contiguous, how a step's
+//                               # dp x G samples go to the DP replicas
+//                               # (data_batch.h)
 //     seed: 0
 //   train:
 //     steps: 30
@@ -92,6 +96,8 @@ struct DataConfig {
   int64_t scale = 6;
   int64_t text_tokens = 16;
   int64_t samples_per_step = 4;
+  int64_t group_size = 8;
+  std::string group_order = "spread";
   int64_t seed = 0;
 };
 

@@ -13,17 +13,23 @@
 //      balanced over all dp * cp ranks and each rank gets its own
 //      replica's rows back (frameshard/runtime/mesh_encode.h); a replica
 //      whose batch is text-only still joins every collective. A text-only
-//      batch on the CP path skips the tower on every rank of its group;
-//
+//      batch on the CP path skips the tower on every rank of its group.
+//      With frame_sharding.dedup the sharded arm hashes each frame unit's
+//      pixel rows (frameshard/runtime/frame_keys.h) and encodes each
+//      distinct unit once: in its CP group, over the whole mesh with
+//      mesh_dims [dp, cp] (a GRPO group spread over the replicas once), or,
+//      with frame sharding off, on each rank alone (AReaL's rank-local
+//      dedup); every use gets its unit's rows and the backward sums their
+//      gradients (frameshard/dedup.h), so losses and gradients stay those
+//      of the run without dedup. The replicated arm never dedups;
 //   3. places the visual embeddings at the media positions of this rank's
 //      two load-balanced chunks (with frame_sharding.gather: owner, encode
 //      sends this rank only those rows, frameshard/owner_route.h; with
 //      all, every rank receives all and picks its own), DeepStack features
-//      added after the first
-//      decoder blocks), runs the decoder with attention across the CP ranks
-//      and takes the next-token loss of its positions (summed, divided by
-//      the replica's label count, so the CP ranks' losses add up to the
-//      replica's mean);
+//      added after the first decoder blocks), runs the decoder with attention
+//      across the CP ranks and takes the next-token loss of its positions
+//      (summed, divided by the replica's label count, so the CP ranks' losses
+//      add up to the replica's mean);
 //   4. runs backward in three timed phases (decoder; the gather's
 //      reduce-scatter; the tower, recomputed first under
 //      model.vision_checkpointing), which equals one backward because each
@@ -84,6 +90,7 @@ struct StepMetrics {
                                       // several ranks do not inflate it)
   double gather_seconds = 0.0;        // encode's plan, consensus and gather,
                                       // and the gather's backward
+  double hash_seconds = 0.0;          // frame_keys of the pixels (dedup)
   double decoder_seconds = 0.0;       // decoder forward + backward
   int64_t peak_bytes = 0;             // peak tensor bytes over the step
   int64_t vision_peak_bytes = 0;      // peak above the step's start during the
@@ -92,6 +99,15 @@ struct StepMetrics {
   int64_t visual_bytes_received = 0;  // in the vision collective
   int64_t allgather_bytes_received = 0;  // what the all-gather would move
   std::string plan_path;                 // "sharded" or "replicated"
+  // Frame units and patch rows of this rank's replica's batch (all uses),
+  // and the distinct ones the arm encodes on its behalf: equal without
+  // frame_sharding.dedup; with it the replica's distinct units (CP path),
+  // or on the sharded dp x cp mesh the mesh's distinct units first used in
+  // this replica. The job's step: the sum over replicas (one rank each).
+  int64_t frames_total = 0;
+  int64_t frames_distinct = 0;
+  int64_t rows_total = 0;
+  int64_t rows_distinct = 0;
 };
 
 class Trainer {
@@ -122,6 +138,19 @@ class Trainer {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+/// The pixel rows [rows, features] of `batch` (DP replica `dp_rank`'s at
+/// `step`) as the trainer draws them, on the CPU: one seeded draw per
+/// (data.seed, step, dp_rank), or, where the batch sets media_seed (the
+/// grpo preset), each medium's rows from its own seed, so a repeated medium
+/// has bit-identical rows in every sample and replica that holds it.
+at::Tensor batch_pixels(
+    const BatchLayout& batch,
+    const DataConfig& data,
+    int64_t step,
+    int64_t dp_rank,
+    int64_t features,
+    at::ScalarType dtype);
 
 /// Gathers every rank's metrics of one step over the world group: entry q
 /// is rank q's. Collective.

@@ -12,9 +12,12 @@ ones), CP over `--cp N` local Gloo rank processes (spawned here; `--cp 1`:
 one process, the plain unsharded model): the language model under frameshard.hf.context_parallel
 (load-balanced split), the vision tower replicated on every rank (frame sharding off) or sharded
 by frameshard.hf.enable (on). `train` runs the recipe's arm, `ab` both with the same seed,
-batches and topology, and compares them. Batches: the C++ core's seeded presets
+batches and topology, and compares them. Batches (cli/_batch.py): the C++ core's seeded presets
 (frameshard.workload, h and w divided by `data.scale`), every frame one image of the prompt,
-`data.text_tokens` text tokens before each and at the end; a new batch every step.
+`data.text_tokens` text tokens before each and at the end; a new batch every step. `data.preset
+grpo`: one prompt drawn like `mixed`, sampled `data.group_size` times (default 8), its images
+bit-identical in every sample, as a GRPO group's; with frame_sharding.dedup the sharded arm
+encodes each distinct image once.
 
 Measured per step and rank (a step's figure is its slowest rank's; means leave out step 0):
 `step_seconds` (wall), `vision_seconds` (the vision module's forward, from its call to its
@@ -25,7 +28,6 @@ unsharded mean), `peak_bytes` and `vision_peak_bytes` (see `_Memory`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import multiprocessing
@@ -40,8 +42,9 @@ import torch
 from .. import _C, hf
 from .._C import FrameshardError
 from .._config import FrameShardingConfig
-from .._plan import workload
+from .._shard import frame_keys
 from ..hf import _family
+from ._batch import Geometry, make_batch
 from ._report import compare, summarize, table
 
 # The families `train` builds models of: those whose descriptor names model classes.
@@ -57,6 +60,7 @@ DEFAULT_RECIPE: dict[str, Any] = {
     FS + ".cost_alpha": "auto",
     FS + ".partitioner": "optimal",
     FS + ".gather": "all",
+    FS + ".dedup": False,
     "model.family": "qwen2_5_vl",
     "model.model_dir": "",
     "model.vision_depth": 2,
@@ -68,6 +72,7 @@ DEFAULT_RECIPE: dict[str, Any] = {
     "model.text_ffn": 128,
     "model.vocab_size": 256,
     "data.preset": "mixed",
+    "data.group_size": 8,
     "data.scale": 6,
     "data.text_tokens": 16,
     "data.seed": 0,
@@ -213,59 +218,6 @@ def checkpoint_model(model_dir: str) -> torch.nn.Module:
     return cls.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
 
 
-@dataclasses.dataclass(frozen=True)
-class Geometry:
-    """What a batch takes from the model's config: its placeholder token ids, the range of ids
-    the random text draws from (below every special id), and the patch layout of pixel_values."""
-
-    image_token_id: int
-    vision_start_token_id: int
-    vision_end_token_id: int
-    text_ids: tuple[int, int]
-    patch: int
-    temporal: int
-    merge: int
-    channels: int
-
-    @staticmethod
-    def of(config: Any) -> Geometry:
-        ids = {k: int(getattr(config, k)) for k in ("image_token_id", "vision_start_token_id", "vision_end_token_id")}
-        special = [v for v in list(ids.values()) + [int(getattr(config, "video_token_id", 0) or 0)] if v >= 10]
-        vision = config.vision_config
-        return Geometry(
-            **ids,
-            text_ids=(10, min([int(config.text_config.vocab_size)] + special)),
-            patch=int(vision.patch_size),
-            temporal=int(vision.temporal_patch_size),
-            merge=int(vision.spatial_merge_size),
-            channels=int(getattr(vision, "in_channels", 3)),
-        )
-
-
-def make_batch(recipe: dict, step: int, geo: Geometry) -> dict:
-    """Step `step`'s batch (the same on every rank): each medium of the preset after
-    data.text_tokens text tokens, a video's frames as consecutive images."""
-    media = workload(str(recipe["data.preset"]), int(recipe["data.seed"]) + step, int(recipe["data.scale"]))
-    gen = torch.Generator().manual_seed(1000 + step)
-    low, high = geo.text_ids
-    text = int(recipe["data.text_tokens"])
-    ids: list[int] = []
-    for t, h, w in media:
-        ids += torch.randint(low, high, (text,), generator=gen).tolist()
-        frame = [geo.vision_start_token_id] + [geo.image_token_id] * (h * w // geo.merge**2)
-        ids += (frame + [geo.vision_end_token_id]) * t
-    ids += torch.randint(low, high, (text,), generator=gen).tolist()
-    input_ids = torch.tensor([ids])
-    grid = [(1, h, w) for t, h, w in media for _ in range(t)]
-    rows = sum(h * w for _, h, w in grid)
-    return dict(
-        input_ids=input_ids,
-        mm_token_type_ids=(input_ids == geo.image_token_id).long(),
-        pixel_values=torch.randn(rows, geo.channels * geo.temporal * geo.patch**2, generator=gen),
-        image_grid_thw=torch.tensor(grid, dtype=torch.int64),
-    )
-
-
 class _Memory:
     """Peak memory of a rank. CUDA: the caching allocator's allocated tensor bytes
     (max_memory_allocated, reset per step; the vision peak is the rise of max allocated during
@@ -342,6 +294,19 @@ def _row_bytes(model: Any) -> int:
     return hidden * 4 * (1 + deepstack)
 
 
+def _count_frames(series: dict, batch: dict, geo: Geometry) -> None:
+    """The step's frames, its distinct ones (frameshard.frame_keys, as dedup keys them) and the
+    visual rows of the distinct ones (what a dedup gather moves)."""
+    grid = batch["image_grid_thw"]
+    first: dict = {}
+    for i, key in enumerate(frame_keys(batch["pixel_values"], grid)):
+        first.setdefault(key, i)
+    tokens = (grid.prod(-1) // geo.merge**2).tolist()
+    series["frames"].append(len(tokens))
+    series["distinct_frames"].append(len(first))
+    series["distinct_visual_rows"].append(sum(tokens[i] for i in first.values()))
+
+
 def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharded: bool, progress: bool) -> None:
     """One rank of one arm (a spawned process): trains train.steps steps, writes out/rank<R>.json."""
     import torch.distributed as dist  # noqa: PLC0415
@@ -379,7 +344,15 @@ def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharde
     opt = torch.optim.AdamW(
         model.parameters(), lr=float(recipe["train.lr"]), weight_decay=float(recipe["train.weight_decay"])
     )
-    series: dict[str, list] = {"step_seconds": [], "vision_seconds": [], "losses": [], "visual_rows": []}
+    series: dict[str, list] = {
+        "step_seconds": [],
+        "vision_seconds": [],
+        "losses": [],
+        "visual_rows": [],
+        "frames": [],
+        "distinct_frames": [],
+        "distinct_visual_rows": [],
+    }
     for step in range(int(recipe["train.steps"])):
         batch = {k: v.to(device) for k, v in make_batch(recipe, step, geo).items()}
         memory.reset()
@@ -400,6 +373,7 @@ def _rank_main(rank: int, world: int, store: str, out: str, recipe: dict, sharde
         series["vision_seconds"].append(timer.seconds())
         series["losses"].append(float(total))
         series["visual_rows"].append(int((batch["input_ids"] == geo.image_token_id).sum()))
+        _count_frames(series, batch, geo)
         if progress and rank == 0:
             print(
                 "  %-10s step %3d/%d  loss %.6f  step %.3f s  vision %.3f s"
@@ -512,7 +486,7 @@ def main(args: Any, overrides: list[tuple[str, str]]) -> int:
             else ("sharded" if sharded else "replicated")
         )
         say("arm %s:" % name)
-        arms[name] = summarize(run_arm(recipe, sharded, progress), sharded)
+        arms[name] = summarize(run_arm(recipe, sharded, progress), sharded, bool(recipe[FS + ".dedup"]))
     ratios = compare(arms["replicated"], arms["sharded"]) if len(arms) == 2 else None
     if args.command == "ab" and args.plot:
         write_plot(args.plot, arms, recipe)

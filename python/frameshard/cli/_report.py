@@ -9,15 +9,17 @@ def _mean(values: list) -> float:
     return sum(rest) / len(rest) if rest else 0.0
 
 
-def summarize(ranks: list[dict], sharded: bool) -> dict:
+def summarize(ranks: list[dict], sharded: bool, dedup: bool = False) -> dict:
     """One arm's JSON object (the C++ commands' names): per step the slowest rank's times."""
     steps = len(ranks[0]["losses"])
     step_s = [max(r["step_seconds"][i] for r in ranks) for i in range(steps)]
     vision_s = [max(r["vision_seconds"][i] for r in ranks) for i in range(steps)]
     row_bytes = ranks[0]["visual_row_bytes"]
-    # The all-gather hands every rank every visual row; the replicated arm gathers nothing.
+    # The all-gather hands every rank every visual row (with dedup, every distinct one); the
+    # replicated arm gathers nothing.
     gathers = sharded and len(ranks) > 1
-    received = [[rows * row_bytes if gathers else 0 for _ in ranks] for rows in ranks[0]["visual_rows"]]
+    rows = ranks[0]["distinct_visual_rows" if sharded and dedup else "visual_rows"]
+    received = [[n * row_bytes if gathers else 0 for _ in ranks] for n in rows]
     return {
         "cp": len(ranks),
         "frame_sharding": sharded,
@@ -35,6 +37,10 @@ def summarize(ranks: list[dict], sharded: bool) -> dict:
         "visual_bytes_received": received,
         "visual_rows": ranks[0]["visual_rows"],
         "visual_row_bytes": row_bytes,
+        "dedup": sharded and dedup,
+        "frames": ranks[0]["frames"],
+        "distinct_frames": ranks[0]["distinct_frames"],
+        "distinct_visual_rows": ranks[0]["distinct_visual_rows"],
     }
 
 
@@ -71,6 +77,11 @@ def table(arms: dict, ratios: dict | None) -> str:
         ("vision peak bytes", lambda a: _mib(a["max_vision_peak_bytes"]), "vision_peak_bytes_ratio"),
         ("visual bytes in (step 0)", lambda a: _mib(max(a["visual_bytes_received"][0])), "visual_bytes_ratio"),
         ("final loss", lambda a: "%.6f" % a["losses"][-1], "loss_max_abs_diff"),
+        (
+            "frames distinct/total",
+            lambda a: "%d/%d%s" % (sum(a["distinct_frames"]), sum(a["frames"]), " dedup" if a["dedup"] else ""),
+            None,
+        ),
     ]
     names = list(arms)
     head = "%-26s" % "" + "".join("%16s" % n for n in names) + ("%16s" % "sharded/repl." if ratios else "")
@@ -78,7 +89,7 @@ def table(arms: dict, ratios: dict | None) -> str:
     for label, cell, key in rows:
         line = "%-26s" % label + "".join("%16s" % cell(arms[n]) for n in names)
         if ratios:
-            v = ratios.get(key)
+            v = ratios.get(key) if key else None
             line += "%16s" % ("-" if v is None else ("%.3g" % v))
         lines.append(line)
     return "\n".join(lines)
