@@ -168,7 +168,7 @@ def plan(
 
 def workload(name: str, seed: int = 0, scale: int = 1) -> list[tuple[int, int, int]]:
     """The grid_thw rows of a workload: a seeded preset of the C++ core ("doc", "multi",
-    "video", "mixed"; frameshard/workload.h, the same batches `frameshard plan --preset` and
+    "video", "mixed", "grpo"; frameshard/workload.h, the same batches `frameshard plan --preset` and
     the A/B use) or a workload JSON file, every frame's h and w scaled down by `scale` (>= 1) so
     a CPU can run it. Pure."""
     grid, _merge, _temporal = _C.workload(str(name), int(seed), int(scale))

@@ -166,7 +166,7 @@ seconds_per_unit).)doc");
       py::arg("seed") = 0,
       py::arg("scale") = 1,
       R"doc((grid rows, spatial_merge_size, temporal_patch_size) of a workload
-preset (doc, multi, video, mixed; seeded) or a workload JSON file, scaled
+preset (doc, multi, video, mixed, grpo; seeded) or a workload JSON file, scaled
 down by `scale` (frameshard/workload.h).)doc");
   m.def(
       "visual_token_owners",

@@ -144,35 +144,25 @@ def scenario_mesh(rank, world, group, spread=True):
     return res
 
 
-def scenario_hf_grpo(rank, world, group):
-    """transformers Qwen2-VL through hf.enable: the fixture's images, each repeated 4 times,
-    against the unsharded module without dedup (outputs and every gradient)."""
-    torch.manual_seed(11)
-    model, visual, inputs = hf_models.build("qwen2_vl")
-    model.double()
-    grid = inputs["image_grid_thw"]
-    sizes = (grid.prod(-1)).tolist()
-    images = list(inputs["pixel_values"].double().split(sizes))
-    order = [i for _ in range(4) for i in range(len(images))]
-    grpo = {
-        "pixel_values": torch.cat([images[i] for i in order]),
-        "image_grid_thw": grid[order],
-    }
+def hf_runs(model, visual, forward, config, rank, group, distinct_rows):
+    """`forward()` (the vision outputs, a list) without and with hf.enable(model, group, config):
+    the diffs of the outputs and of the reduced gradients, and the rows the patch embedding saw
+    across the enabled run's calls."""
     seen = []
     hook = visual.patch_embed.register_forward_pre_hook(lambda _m, args: seen.append(int(args[0].shape[0])))
 
     def step(enabled):
         model.zero_grad()
         if enabled:
-            hf.enable(model, config=DEDUP)
+            hf.enable(model, group, config)
         try:
-            outs = hf_models.vision_outputs(model, visual, grpo)
+            outs = forward()
         finally:
             if enabled:
                 hf.disable(model)
         loss = sum((rank_weights(o, rank, 40 + i) * o).sum() for i, o in enumerate(outs))
         loss.backward()
-        return {"vision_%d" % i: o.detach() for i, o in enumerate(outs)}, reduced_grads(model, group)
+        return {"out%d" % i: o.detach() for i, o in enumerate(outs)}, reduced_grads(model, group)
 
     try:
         ref = step(False)
@@ -189,10 +179,25 @@ def scenario_hf_grpo(rank, world, group):
         "grad_scale": grad_scale,
         "seen_rows": sum(seen),
         # A share of the distinct rows: the sharded path (replicated, each rank sees them all).
-        "path": "sharded" if sum(seen) < sum(sizes) else "replicated",
-        "distinct_rows": sum(sizes),
-        "total_rows": 4 * sum(sizes),
+        "path": "sharded" if sum(seen) < distinct_rows else "replicated",
+        "distinct_rows": distinct_rows,
     }
+
+
+def scenario_hf_grpo(rank, world, group):
+    """transformers Qwen2-VL through hf.enable: the fixture's images, each repeated 4 times,
+    against the unsharded module without dedup (outputs and every gradient)."""
+    torch.manual_seed(11)
+    model, visual, inputs = hf_models.build("qwen2_vl")
+    model.double()
+    grid = inputs["image_grid_thw"]
+    sizes = grid.prod(-1).tolist()
+    images = list(inputs["pixel_values"].double().split(sizes))
+    order = [i for _ in range(4) for i in range(len(images))]
+    grpo = {"pixel_values": torch.cat([images[i] for i in order]), "image_grid_thw": grid[order]}
+    res = hf_runs(model, visual, lambda: hf_models.vision_outputs(model, visual, grpo), DEDUP, rank, group, sum(sizes))
+    res["total_rows"] = 4 * sum(sizes)
+    return res
 
 
 def scenario_hf_split(rank, world, group):
@@ -202,46 +207,22 @@ def scenario_hf_split(rank, world, group):
     import split_worker  # noqa: PLC0415
 
     base = split_models.build("qwen3_vl")
-    grid, _ = split_worker.split_grid("one", world, base)
-    grid = [list(g) for g in grid] * 3
-    one = split_models.pixels(grid[: len(grid) // 3])
+    page, _ = split_worker.split_grid("one", world, base)
+    grid = [list(g) for g in page] * 3
+    one = split_models.pixels(page)
     pv = torch.cat([one] * 3)
     config = dataclasses.replace(split_worker.config(), dedup=True)
-    seen = []
-    hook = base.patch_embed.register_forward_pre_hook(lambda _m, args: seen.append(int(args[0].shape[0])))
-
-    def step(enabled):
-        base.zero_grad()
-        if enabled:
-            hf.enable(base, group, config)
-        try:
-            out = split_models.outputs(base(pv, grid_thw=torch.tensor(grid)))
-        finally:
-            if enabled:
-                hf.disable(base)
-        loss = sum((rank_weights(o, rank, 50 + i) * o).sum() for i, o in enumerate(out))
-        loss.backward()
-        return {"out%d" % i: o.detach() for i, o in enumerate(out)}, reduced_grads(base, group)
-
-    try:
-        ref = step(False)
-        seen.clear()
-        got = step(True)
-    finally:
-        hook.remove()
-    plan = frameshard.plan(grid[: len(grid) // 3], world, config, tower=base)
-    out_diff, out_scale = compare(got[0], ref[0])
-    grad_diff, grad_scale = compare(got[1], ref[1])
-    return {
-        "out_diff": out_diff,
-        "out_scale": out_scale,
-        "grad_diff": grad_diff,
-        "grad_scale": grad_scale,
-        "path": "sharded" if sum(seen) < one.shape[0] else "replicated",
-        "split": bool(plan.split),
-        "seen_rows": sum(seen),
-        "distinct_rows": int(one.shape[0]),
-    }
+    res = hf_runs(
+        base,
+        base,
+        lambda: split_models.outputs(base(pv, grid_thw=torch.tensor(grid))),
+        config,
+        rank,
+        group,
+        int(one.shape[0]),
+    )
+    res["split"] = bool(frameshard.plan(page, world, config, tower=base).split)
+    return res
 
 
 def scenario_errors(rank, world, group):

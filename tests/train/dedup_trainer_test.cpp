@@ -11,6 +11,7 @@
 #include <frameshard/train/trainer.h>
 
 #include "testing/run_ranks.h"
+#include "train/mesh_groups.h"
 #include "train/tiny_recipe.h"
 
 #include <gtest/gtest.h>
@@ -63,18 +64,8 @@ GrpoRun run_grpo(const train::TrainConfig& c, bool sharded) {
   testing::run_ranks(
       world,
       [&](int rank, ProcessGroupPtr pg) {
-        GroupOptions go;
-        go.timeout = std::chrono::seconds(30);
-        go.threads = 1;
-        const MeshShape shape{dp, cp, 1};
-        ProcessGroupPtr cpg = dp == 1
-                                  ? pg
-                                  : make_subgroup(
-                                        store,
-                                        rank,
-                                        mesh_group_ranks(shape, {"cp"}, rank),
-                                        "cp",
-                                        go);
+        const ProcessGroupPtr cpg = testing::cp_group(
+            pg, store, rank, dp, cp, std::chrono::seconds(30));
         train::Trainer t(c, train::TrainGroups{pg, cpg}, sharded);
         for (int64_t s = 0; s < c.train.steps; ++s) {
           const train::StepMetrics m = t.step(s);

@@ -12,6 +12,7 @@
 
 #include "testing/run_ranks.h"
 #include "testing/tensors.h"
+#include "train/mesh_groups.h"
 #include "train/tiny_recipe.h"
 
 #include <gtest/gtest.h>
@@ -65,18 +66,8 @@ MeshArm run_mesh_arm(const train::TrainConfig& c, bool sharded) {
   testing::run_ranks(
       world,
       [&](int rank, ProcessGroupPtr pg) {
-        GroupOptions go;
-        go.timeout = std::chrono::seconds(20);
-        go.threads = 1;
-        const MeshShape shape{dp, cp, 1};
-        ProcessGroupPtr cpg = dp == 1
-                                  ? pg
-                                  : make_subgroup(
-                                        store,
-                                        rank,
-                                        mesh_group_ranks(shape, {"cp"}, rank),
-                                        "cp",
-                                        go);
+        const ProcessGroupPtr cpg = testing::cp_group(
+            pg, store, rank, dp, cp, std::chrono::seconds(20));
         train::TrainGroups g{pg, cpg, c10::Device(c10::kCPU)};
         train::Trainer t(c, g, sharded);
         const auto r = static_cast<size_t>(rank);
