@@ -190,6 +190,19 @@ int main(int argc, char** argv) {
   app.add_option("--steps", mesh.steps, "Mesh mode: steps per manifest")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag(
+      "--split-frames", mesh.split, "Mesh mode: both plans may cut frames");
+  app.add_flag(
+      "--auto",
+      mesh.choose,
+      "Mesh mode: policy auto's per-step choice of mesh or CP-only");
+  app.add_option(
+      "--cost-alpha",
+      mesh.cost_alpha,
+      "Mesh mode: cost_alpha of both plans (e.g. a calibrate file)");
+  app.add_option("--mesh-min-gain", mesh.min_gain, "Mesh mode with --auto")
+      ->check(CLI::Range(0.0, 0.999))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
   torch::manual_seed(0);

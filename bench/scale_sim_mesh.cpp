@@ -1,6 +1,7 @@
 // The mesh mode of the scale simulation (scale_sim_mesh.h).
 #include "scale_sim_mesh.h"
 
+#include <frameshard/config.h>
 #include <frameshard/media_manifest.h>
 #include <frameshard/mesh_plan.h>
 #include <frameshard/models/cost_bridge.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <string>
 
 namespace frameshard {
 namespace bench {
@@ -40,10 +42,12 @@ std::vector<std::vector<GridThw>> step_replicas(
 }
 
 struct Bottleneck {
-  double seconds = 0.0;  // slowest rank: tower + its modelled transfer
-  double compute = 0.0;  // slowest rank's tower time alone
-  double sum = 0.0;      // tower time summed over every rank
-  double cost = 0.0;     // the cost model's slowest rank
+  std::string plan = "mesh";  // the mesh arm: MeshMode it ran
+  double predicted = 0.0;     // the choice's mesh / cp-only (0: not weighed)
+  double seconds = 0.0;       // slowest rank: tower + its modelled transfer
+  double compute = 0.0;       // slowest rank's tower time alone
+  double sum = 0.0;           // tower time summed over every rank
+  double cost = 0.0;          // the cost model's slowest rank
 
   // One rank that took `tower` seconds and receives `bytes_in` over a link
   // of `gbps`.
@@ -99,10 +103,19 @@ Bottleneck mesh(
   mo.dp = a.dp;
   mo.cp = a.cp;
   mo.plan = o;
+  mo.min_gain = a.min_gain;
+  mo.pixel_row_bytes = 4 * m.config.in_features();
+  if (a.choose) {
+    mo.plan.policy.kind = PolicyKind::kAuto;
+  }
   const MeshPlan mp = make_mesh_plan(replicas, mo);
   Bottleneck b;
   if (mp.empty()) {
     return b;
+  }
+  b.plan = to_string(mp.mode);
+  if (mp.choice.weighed && mp.choice.cp_only.total() > 0) {
+    b.predicted = mp.choice.mesh.total() / mp.choice.cp_only.total();
   }
   std::vector<GridThw> pooled;
   for (const auto& g : replicas) {
@@ -139,12 +152,25 @@ void simulate_manifest(
   o.world = a.cp;
   o.layout = layout;
   o.cost = flop_cost_model(models::tower_dims(m.config));
+  if (!a.cost_alpha.empty()) {
+    Config cfg;
+    cfg.frame_sharding.cost_alpha = a.cost_alpha;
+    // The cost and, in its units, the split exchange's price.
+    const PlanOptions c = plan_options(cfg, models::tower_dims(m.config));
+    o.cost = c.cost;
+    o.split.exchange_row_cost = c.split.exchange_row_cost;
+    o.split.exchange_fixed_cost = c.split.exchange_fixed_cost;
+    o.split.window_side = c.split.window_side;
+  }
   o.policy.enabled = true;
   o.policy.min_tokens = 0;
   o.policy.min_frames = 0;
+  o.policy.gather_bandwidth_gbps = a.bandwidth_gbps;
+  o.policy.gather_row_bytes = row_bytes(m);
+  o.split.enabled = a.split;
   std::printf(
       "\n%s: %zu samples, dp %lld x cp %lld, %lld samples per replica, h "
-      "and w / %lld\n%5s %18s %9s %9s %7s %9s %7s %7s\n",
+      "and w / %lld\n%5s %18s %9s %9s %7s %9s %7s %7s %8s %9s\n",
       path.c_str(),
       samples.size(),
       static_cast<long long>(a.dp),
@@ -158,8 +184,11 @@ void simulate_manifest(
       "ratio",
       "ideal s",
       "compute",
-      "cost");
+      "cost",
+      "plan",
+      "predicted");
   double cp_total = 0.0, mesh_total = 0.0;
+  int64_t on_mesh = 0;
   for (int64_t s = 0; s < a.steps; ++s) {
     const auto replicas = step_replicas(samples, a, layout, s);
     int64_t lo = -1, hi = 0;
@@ -175,11 +204,12 @@ void simulate_manifest(
     const Bottleneck x = mesh(m, replicas, o, a);
     cp_total += c.seconds;
     mesh_total += x.seconds;
+    on_mesh += x.plan == "mesh" ? 1 : 0;
     char rows[32];
     std::snprintf(
         rows, sizeof(rows), "%lld-%lld", (long long)lo, (long long)hi);
     std::printf(
-        "%5lld %18s %9.3f %9.3f %7.3f %9.3f %7.3f %7.3f\n",
+        "%5lld %18s %9.3f %9.3f %7.3f %9.3f %7.3f %7.3f %8s %9.3f\n",
         static_cast<long long>(s),
         rows,
         c.seconds,
@@ -187,14 +217,19 @@ void simulate_manifest(
         c.seconds > 0 ? x.seconds / c.seconds : 0.0,
         c.sum / static_cast<double>(a.dp * a.cp),
         c.compute > 0 ? x.compute / c.compute : 0.0,
-        c.cost > 0 ? x.cost / c.cost : 0.0);
+        c.cost > 0 ? x.cost / c.cost : 0.0,
+        x.plan.c_str(),
+        x.predicted);
     std::fflush(stdout);
   }
   std::printf(
-      "  all steps: [cp] %.3f s, mesh %.3f s, mesh / [cp] %.3f\n",
+      "  all steps: [cp] %.3f s, mesh %.3f s, mesh / [cp] %.3f; %lld of "
+      "%lld steps on the mesh\n",
       cp_total,
       mesh_total,
-      cp_total > 0 ? mesh_total / cp_total : 0.0);
+      cp_total > 0 ? mesh_total / cp_total : 0.0,
+      static_cast<long long>(on_mesh),
+      static_cast<long long>(a.steps));
 }
 
 }  // namespace
@@ -206,8 +241,11 @@ void simulate_mesh(const MeshSimArgs& a, const models::QwenVisionModel& m) {
       "transfers at %.0f GB/s, under mesh_dims [cp] and [dp, cp]; ratio = "
       "mesh / [cp]; ideal = all tower time / (dp * cp); compute and cost: "
       "the ratio of the slowest tower time alone and of the cost model's "
-      "slowest rank\n",
-      a.bandwidth_gbps);
+      "slowest rank; plan: what the mesh arm ran (policy %s%s), predicted: "
+      "the choice's mesh / cp-only\n",
+      a.bandwidth_gbps,
+      a.choose ? "auto" : "threshold: always the mesh",
+      a.split ? ", split frames" : "");
   for (const auto& p : a.manifests) {
     simulate_manifest(a, p, m);
   }

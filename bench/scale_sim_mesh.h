@@ -8,9 +8,13 @@
 // bottleneck -- the slowest rank of the whole job, since every replica
 // waits for it in the gradient all-reduce -- is reported for both, with
 // the transfers modelled at a bandwidth (CP-only: the gather into each
-// rank; mesh: the pixels and outputs each rank receives).
+// rank; mesh: the pixels and outputs each rank receives). With
+// --split-frames both plans may cut frames; with --auto the mesh arm runs
+// policy auto's per-step choice, and the table says which plan each step
+// took and the predicted ratio it was chosen by.
 #pragma once
 
+#include <frameshard/mesh_plan.h>
 #include <frameshard/models/qwen_factory.h>
 
 #include <cstdint>
@@ -30,6 +34,15 @@ struct MeshSimArgs {
   int64_t scale = 4;  // h and w divided by this (a CPU runs the tower)
   double bandwidth_gbps = 25.0;
   int repeats = 1;
+  /// Split frames (within a replica under [cp], across replicas on the
+  /// mesh) and the per-step choice of policy auto (mesh_plan.h).
+  bool split = false;
+  bool choose = false;
+  double min_gain = kDefaultMeshMinGain;
+  /// frame_sharding.cost_alpha of both plans (e.g. a `frameshard
+  /// calibrate` file of this tower, so that the choice weighs this CPU's
+  /// seconds); empty: the FLOP model at 100 TFLOP/s.
+  std::string cost_alpha;
 };
 
 /// Prints one table per manifest (see the banner). Single-threaded.

@@ -8,6 +8,8 @@
 //   frameshard analyze examples/manifests/infovqa.jsonl --family qwen2-vl
 //   frameshard analyze m.jsonl --json --plot m.svg
 //       --distributed.multimodal.vision.frame_sharding.policy auto  (one line)
+//   frameshard analyze examples/recipes/pages_or_text.jsonl  (text-only
+//       samples, "grid_thw": [], are counted; a batch of them has no media)
 //   frameshard analyze --preset grpo --batches 4   (seeded presets instead:
 //       batch k is the preset of seed --seed + k; the grpo preset's repeats
 //       are reported as distinct and total frames, and planned once each
@@ -49,14 +51,19 @@ struct AnalyzeArgs {
 };
 
 // One {"grid_thw": ...} line per sample: a training manifest
-// (frameshard/train/data_batch.h) of the resized media.
+// (frameshard/train/data_batch.h) of the resized media, with the sample's
+// text runs where it gave text_tokens ("grid_thw": [] for a text-only one).
 void emit_grids(const std::vector<MediaSample>& samples) {
   for (const MediaSample& s : samples) {
     nlohmann::json rows = nlohmann::json::array();
     for (const GridThw& g : s.grid) {
       rows.push_back({g.t, g.h, g.w});
     }
-    std::cout << nlohmann::json{{"grid_thw", rows}}.dump() << "\n";
+    nlohmann::json line = {{"grid_thw", rows}};
+    if (!s.text_runs.empty()) {
+      line["text_tokens"] = s.text_runs;
+    }
+    std::cout << line.dump() << "\n";
   }
 }
 
@@ -86,6 +93,8 @@ bool manifest_batches(
     batches.back().insert(batches.back().end(), s.grid.begin(), s.grid.end());
     ctx.images += s.images;
     ctx.videos += s.videos;
+    ctx.grid_rows += static_cast<int64_t>(s.grid.size()) - s.images - s.videos;
+    ctx.text_only_samples += s.text_only() ? 1 : 0;
   }
   o.plan.layout = MediaLayout{rule.merge_size, rule.temporal_patch_size};
   return true;
@@ -206,7 +215,9 @@ void register_analyze_command(CLI::App& app) {
       "per line: {\"images\": [[h, w], ...]}, "
       "{\"videos\": [{\"frames\": n, \"fps\": f, \"height\": h, \"width\": "
       "w}]} (pixels, before preprocessing) and/or {\"grid_thw\": [[t, h, "
-      "w]]} (frameshard/media_manifest.h).\n"
+      "w]]}, \"text_tokens\": n; a sample without media ({\"grid_thw\": "
+      "[]} or only text_tokens) is text-only (frameshard/media_manifest.h)."
+      "\n"
       "Policy, cost model and bandwidth come from --config and dotted "
       "overrides, e.g.\n"
       "  --distributed.multimodal.vision.frame_sharding.policy auto\n"

@@ -29,15 +29,43 @@ void print_distinct(
      << "\n";
 }
 
+// What the samples hold: "(3 images, 0 videos, 2 grid_thw rows, 1
+// text-only)", the last two only when there are any.
+std::string media_counts(const AnalyzeContext& ctx) {
+  std::string out = "(" + std::to_string(ctx.images) + " images, " +
+                    std::to_string(ctx.videos) + " videos";
+  if (ctx.grid_rows > 0) {
+    out += ", " + std::to_string(ctx.grid_rows) + " grid_thw rows";
+  }
+  if (ctx.text_only_samples > 0) {
+    out += ", " + std::to_string(ctx.text_only_samples) + " text-only";
+  }
+  return out + ")";
+}
+
+// Batches of text-only samples: nothing to encode, so nothing to shard.
+void print_without_media(std::ostream& os, const WorkloadAnalysis& a) {
+  if (a.batches_without_media == 0) {
+    return;
+  }
+  if (a.batches_without_media == a.batches) {
+    os << "  no media in any batch (text-only samples): nothing to encode or "
+          "shard, every speed-up is 1\n";
+    return;
+  }
+  os << "  " << a.batches_without_media << " of " << a.batches
+     << " batches without media (text-only samples): replicated with nothing "
+        "to encode, counted as not sharded\n";
+}
+
 }  // namespace
 
 void print_analysis(
     std::ostream& os, const AnalyzeContext& ctx, const WorkloadAnalysis& a) {
   if (ctx.preset.empty()) {
-    os << "analyze " << ctx.manifest << ": " << ctx.samples << " samples ("
-       << ctx.images << " images, " << ctx.videos << " videos) in " << a.batches
-       << " batches of " << ctx.samples_per_batch << ", " << ctx.family
-       << " processor\n";
+    os << "analyze " << ctx.manifest << ": " << ctx.samples << " samples "
+       << media_counts(ctx) << " in " << a.batches << " batches of "
+       << ctx.samples_per_batch << ", " << ctx.family << " processor\n";
   } else {
     os << "analyze preset " << ctx.preset << ", seeds " << ctx.seed << " to "
        << ctx.seed + static_cast<uint64_t>(a.batches) - 1 << ": " << a.batches
@@ -46,6 +74,7 @@ void print_analysis(
   }
   os << "  " << a.frame_units << " frame units, " << a.patch_rows
      << " patch rows, " << a.tokens << " visual tokens\n";
+  print_without_media(os, a);
   print_distinct(os, ctx, a);
   os << "  policy " << describe_policy(ctx.plan.policy) << "; cost "
      << ctx.plan.cost.label << "\n"
@@ -106,7 +135,10 @@ nlohmann::json analysis_json(
       {"samples_per_batch", ctx.samples_per_batch},
       {"images", ctx.images},
       {"videos", ctx.videos},
+      {"grid_rows", ctx.grid_rows},
+      {"text_only_samples", ctx.text_only_samples},
       {"batches", a.batches},
+      {"batches_without_media", a.batches_without_media},
       {"frame_units", a.frame_units},
       {"patch_rows", a.patch_rows},
       {"tokens", a.tokens},

@@ -1,6 +1,8 @@
 // What `frameshard analyze` prints: the table, the one JSON object of
 // --json and the SVG plot of --plot (speed-up with the gather against CP
-// size, one line per partitioner, and the ideal CP-fold line).
+// size, one line per partitioner, and the ideal CP-fold line). Text-only
+// samples and the batches without media they make are counted in each
+// (text_only_samples, batches_without_media).
 //
 // Usage:
 //   AnalyzeContext ctx{"m.jsonl", "qwen2-vl", ...};
@@ -28,7 +30,9 @@ struct AnalyzeContext {
   int64_t samples_per_batch = 1;
   int64_t images = 0;
   int64_t videos = 0;
-  PlanOptions plan;    // the policy and cost model used
+  int64_t grid_rows = 0;          // media given as grid_thw rows
+  int64_t text_only_samples = 0;  // samples without media
+  PlanOptions plan;               // the policy and cost model used
   bool dedup = false;  // frame_sharding.dedup: planned the distinct units
 };
 

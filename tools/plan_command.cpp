@@ -1,14 +1,19 @@
 // `frameshard plan`: plan one workload for K ranks, show the per-rank loads
-// and compare every partitioner on the same unit costs.
+// and compare every partitioner on the same unit costs. The workload is a
+// preset, a workload file or samples of a manifest (--manifest, text-only
+// samples included: a batch without media plans to "no media").
 #include "commands.h"
 #include "dotted_overrides.h"
+#include "manifest_batch.h"
 #include "option_checks.h"
+#include "plan_mesh.h"
 #include "plan_report.h"
 
 #include <frameshard/config.h>
 #include <frameshard/cost.h>
 #include <frameshard/dedup.h>
 #include <frameshard/error.h>
+#include <frameshard/media_resize.h>
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>
 #include <frameshard/workload.h>
@@ -35,6 +40,10 @@ struct PlanArgs {
   std::string workload;
   std::string preset = "mixed";
   uint64_t seed = 0;
+  std::string manifest;  // instead of --workload / --preset
+  std::string family = "qwen3-vl";
+  int64_t sample = 0;   // the manifest's first sample planned
+  int64_t samples = 1;  // and how many, as one batch
   std::string cp;
   std::string partitioner;
   std::string alpha;
@@ -42,6 +51,7 @@ struct PlanArgs {
   std::string svg;
   bool json = false;
   bool split_frames = false;
+  int64_t dp = 0;  // --dp: the mesh plan of dp replicas (plan_mesh.h)
 };
 
 std::string fs_key(const char* leaf) {
@@ -80,6 +90,36 @@ std::vector<Candidate> compare_partitioners(const ShardPlan& plan) {
   return out;
 }
 
+// --manifest and the options that choose its samples and processor rule;
+// --manifest excludes `others` (--workload, --preset).
+void add_manifest_options(
+    CLI::App& sub, PlanArgs& args, const std::vector<CLI::Option*>& others) {
+  CLI::Option* manifest = sub.add_option(
+      "--manifest",
+      args.manifest,
+      "JSONL training or dataset manifest (as analyze reads it); plans "
+      "--samples samples from --sample as one batch, text-only samples "
+      "included");
+  manifest->check(non_empty());
+  for (CLI::Option* o : others) {
+    manifest->excludes(o);
+  }
+  sub.add_option(
+         "--family", args.family, "--manifest: processor rule and tower")
+      ->check(CLI::IsMember(processor_rule_names()))
+      ->needs(manifest)
+      ->capture_default_str();
+  sub.add_option("--sample", args.sample, "--manifest: first sample planned")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->needs(manifest)
+      ->capture_default_str();
+  sub.add_option(
+         "--samples", args.samples, "--manifest: samples planned as one batch")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->needs(manifest)
+      ->capture_default_str();
+}
+
 // ------------------------------------------------------------------ run
 
 // The config of the plan and the note on where its `enabled` came from.
@@ -102,6 +142,10 @@ Config plan_config(
     config.cp_size = kPlanDefaultCp;
     config.frame_sharding.enabled = true;
     policy_note = "enabled=true by the plan default (no --config)";
+    if (!args.manifest.empty()) {
+      // The family's tower counts the FLOPs, as in analyze.
+      config.frame_sharding.tower = args.family;
+    }
   }
   const std::vector<std::string> keys = apply_dotted_overrides(
       extras,
@@ -137,12 +181,65 @@ Config plan_config(
   return config;
 }
 
+// --dp: one batch per replica -- the manifest's next --samples samples, the
+// preset at seeds seed, seed + 1, ..., or the workload file on every
+// replica -- planned over the dp x cp mesh.
+void run_mesh_plan(const PlanArgs& args, const Config& config) {
+  FRAMESHARD_CHECK(
+      args.svg.empty(),
+      "plan",
+      "expected no --svg with --dp (the chart is of one CP plan), got ",
+      args.svg);
+  std::vector<std::vector<GridThw>> replicas;
+  std::vector<std::string> origins;
+  MediaLayout layout;
+  for (int64_t q = 0; q < args.dp; ++q) {
+    Workload wl;
+    if (!args.manifest.empty()) {
+      const ManifestBatch b = load_manifest_batch(
+          args.manifest,
+          args.family,
+          args.sample + q * args.samples,
+          args.samples);
+      wl = b.workload;
+      origins.push_back(manifest_origin(b));
+    } else if (!args.workload.empty()) {
+      wl = load_workload(args.workload);
+      origins.push_back("file " + args.workload);
+    } else {
+      wl = preset_workload(args.preset, args.seed + static_cast<uint64_t>(q));
+      origins.push_back(
+          "preset " + args.preset + ", seed " +
+          std::to_string(args.seed + static_cast<uint64_t>(q)));
+    }
+    layout = wl.layout;
+    replicas.push_back(wl.grid);
+  }
+  const MeshPlan mp =
+      make_mesh_plan(replicas, mesh_plan_options(config, args.dp, layout));
+  if (args.json) {
+    std::cout << mesh_plan_json(mp, origins).dump(2) << "\n";
+  } else {
+    print_mesh_plan(std::cout, mp, origins);
+  }
+}
+
 void run_plan(const PlanArgs& args, const std::vector<std::string>& extras) {
   std::string policy_note;
   const Config config = plan_config(args, extras, policy_note);
+  if (args.dp > 0) {
+    run_mesh_plan(args, config);
+    return;
+  }
   Workload wl;
   std::string origin;
-  if (!args.workload.empty()) {
+  ManifestBatch batch;
+  if (!args.manifest.empty()) {
+    batch = load_manifest_batch(
+        args.manifest, args.family, args.sample, args.samples);
+    wl = batch.workload;
+    origin = manifest_origin(batch);
+  } else if (!args.workload.empty()) {
     wl = load_workload(args.workload);
     origin = "file";
   } else {
@@ -186,7 +283,11 @@ void run_plan(const PlanArgs& args, const std::vector<std::string>& extras) {
         ", got a write error");
   }
   if (args.json) {
-    std::cout << plan_json(rep).dump(2) << "\n";
+    nlohmann::json j = plan_json(rep);
+    if (!args.manifest.empty()) {
+      j["manifest"] = manifest_json(batch);
+    }
+    std::cout << j.dump(2) << "\n";
   } else {
     print_plan(std::cout, rep);
     if (!args.svg.empty()) {
@@ -215,7 +316,11 @@ void register_plan_command(CLI::App& app) {
       "sharding would do). With --config the file is taken as written, so\n"
       "the path is what training with that file would take. Either way the\n"
       "partition for the requested K is reported, even on the replicated\n"
-      "path.");
+      "path.\n"
+      "--manifest FILE plans samples [--sample, --sample + --samples) of a\n"
+      "training or dataset manifest (as analyze reads it, with --family's\n"
+      "processor rule) as one batch; text-only samples add no media, and a\n"
+      "batch without media takes the replicated path (no media).");
   auto* wl_opt = sub->add_option(
       "--workload",
       args->workload,
@@ -228,6 +333,7 @@ void register_plan_command(CLI::App& app) {
                             "grpo")
                          ->default_str("mixed");
   wl_opt->excludes(preset_opt);
+  add_manifest_options(*sub, *args, {wl_opt, preset_opt});
   sub->add_option("--seed", args->seed, "Seed of the preset")->default_str("0");
   sub->add_option(
          "--cp", args->cp, "Ranks K (default: the config's cp_size, else 4)")
@@ -251,6 +357,14 @@ void register_plan_command(CLI::App& app) {
       args->split_frames,
       "Let the optimal partitioner cut large frames across ranks "
       "(frame_sharding.split_frames true)");
+  sub->add_option(
+         "--dp",
+         args->dp,
+         "Plan D replicas over the dp x cp mesh (mesh_dims [dp, cp]): the "
+         "manifest's next --samples samples per replica, the preset at seeds "
+         "seed, seed+1, ..., or the workload on every replica; with "
+         "policy auto, the step's choice of mesh or CP-only")
+      ->check(CLI::Range(int64_t{1}, kMaxMeshReplicas));
   sub->add_flag("--json", args->json, "Print one JSON object");
   sub->add_option("--svg", args->svg, "Write an SVG bar chart of the loads");
   sub->allow_extras();

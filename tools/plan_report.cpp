@@ -1,5 +1,6 @@
 // The report of `frameshard plan`: the per-rank table, the JSON object and
-// the SVG chart (tools/plan_report.h).
+// the SVG chart (tools/plan_report.h). A batch without media (text-only
+// samples of plan --manifest) reports "no media" and all-zero ranks.
 #include "plan_report.h"
 #include "pieces_report.h"
 
@@ -105,7 +106,11 @@ void print_header(std::ostream& os, const PlanReport& rep) {
   os << "policy       " << rep.policy_note << "; "
      << describe_policy(plan.options.policy) << "\n";
   os << "path         " << to_string(plan.path) << " (" << plan.reason << ")\n";
-  if (!plan.sharded()) {
+  if (f.units.empty()) {
+    // Text-only samples (plan --manifest): every rank is idle either way.
+    os << "             no media in this batch (text-only samples): no rank "
+          "encodes anything\n";
+  } else if (!plan.sharded()) {
     os << "             the partition below is what sharding over cp "
        << plan.options.world << " would do\n";
   }
@@ -288,6 +293,7 @@ nlohmann::json plan_json(const PlanReport& rep) {
   j["path"] = to_string(plan.path);
   j["reason"] = plan.reason;
   j["media"] = f.grid.size();
+  j["no_media"] = f.units.empty();  // text-only samples: nothing to encode
   j["units"] = f.units.size();
   j["tokens"] = f.total_tokens;
   j["patch_rows"] = f.total_patch_rows;

@@ -2,7 +2,9 @@
 // split frames and their K/V exchange), the JSON object and the SVG chart.
 // A workload with media_ids (the grpo preset) also reports its distinct and
 // total frame units, patch rows and tokens (frameshard/dedup.h); with
-// frame_sharding.dedup the plan covers the distinct units only.
+// frame_sharding.dedup the plan covers the distinct units only. A workload
+// without media (plan --manifest on text-only samples) says "no media" in
+// the table and "no_media": true in the JSON object.
 //
 // Usage:
 //   PlanReport rep{wl, "preset, seed 0", plan, note, candidates, tower};

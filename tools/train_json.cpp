@@ -49,6 +49,21 @@ void add_frames(nlohmann::json& j, const ArmRecord& arm, const ArmSummary& s) {
       ratio(static_cast<double>(all_distinct), static_cast<double>(all_rows));
 }
 
+// The mesh's per-step choice: the plan each step ran and its predicted gain.
+void add_mesh(nlohmann::json& j, const ArmRecord& arm, const ArmSummary& s) {
+  std::vector<std::string> modes;
+  std::vector<double> gains;
+  for (const auto& ranks : arm.steps) {
+    modes.push_back(ranks.front().mesh_mode);
+    gains.push_back(ranks.front().mesh_gain);
+  }
+  j["mesh_mode"] = modes;
+  j["mesh_gain"] = gains;
+  j["mesh_steps"] = s.mesh_steps;
+  j["cp_only_steps"] = s.cp_only_steps;
+  j["mean_mesh_gain"] = s.mesh_gain;
+}
+
 }  // namespace
 
 nlohmann::json arm_json(const ArmRecord& arm) {
@@ -98,6 +113,7 @@ nlohmann::json arm_json(const ArmRecord& arm) {
   j["max_vision_peak_bytes"] = s.vision_peak_bytes;
   j["measured_steps"] = s.measured_steps;
   add_frames(j, arm, s);
+  add_mesh(j, arm, s);
   return j;
 }
 

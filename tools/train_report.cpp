@@ -134,6 +134,15 @@ ArmSummary summarize(const ArmRecord& arm) {
     s.rows_distinct +=
         static_cast<double>(job_count(arm, ranks, &M::rows_distinct));
   }
+  for (const auto& ranks : arm.steps) {
+    const StepMetrics& m = ranks.front();  // the same on every rank
+    s.mesh_steps += m.mesh_mode == "mesh" ? 1 : 0;
+    s.cp_only_steps += m.mesh_mode == "cp-only" ? 1 : 0;
+    s.mesh_gain += m.mesh_gain;
+  }
+  if (s.mesh_steps + s.cp_only_steps > 0) {
+    s.mesh_gain /= static_cast<double>(s.mesh_steps + s.cp_only_steps);
+  }
   const double steps =
       static_cast<double>(std::max<size_t>(1, arm.steps.size()));
   s.frames_total /= steps;
@@ -195,6 +204,12 @@ std::string progress_line(
       max_over_ranks(ranks, [](const auto& x) { return x.gather_seconds; }),
       peaks.c_str());
   std::string line = buf;
+  if (!m.mesh_mode.empty()) {
+    line += "  " + m.mesh_mode;
+    if (m.mesh_gain != 0.0) {
+      line += fmt(" (gain %.2f)", m.mesh_gain);
+    }
+  }
   if (dedup) {
     ArmRecord job;
     job.cp = cp;
@@ -276,6 +291,11 @@ void print_train_summary(std::ostream& os, const ArmRecord& arm) {
        << "  (frame_keys)\n";
   }
   os << "  decoder time     " << fmt("%.3f s", s.decoder_seconds) << "\n";
+  if (s.mesh_steps + s.cp_only_steps > 0) {
+    os << "  mesh steps       " << s.mesh_steps << " pooled, "
+       << s.cp_only_steps << " cp-only"
+       << fmt(" (mean predicted gain %.3f)\n", s.mesh_gain);
+  }
   os << "  frames           "
      << distinct_text(s.frames_distinct, s.frames_total, true)
      << " distinct per step, rows "
@@ -404,6 +424,11 @@ void print_ab_summary(
   os << "  vision path: " << replicated.name << " arm " << r.plan_path << ", "
      << sharded.name << " arm " << s.plan_path
      << (sharded.dedup ? " (dedup)" : "") << "\n";
+  if (s.mesh_steps + s.cp_only_steps > 0) {
+    os << "  mesh steps: " << sharded.name << " arm " << s.mesh_steps
+       << " pooled, " << s.cp_only_steps << " cp-only"
+       << fmt(" (mean predicted gain %.3f)\n", s.mesh_gain);
+  }
   if (s.allgather_bytes_total > 0) {
     os << "  * visual bytes in: received over what the all-gather would move "
           "(all steps and ranks)\n";

@@ -60,6 +60,11 @@ struct ArmSummary {
   double frames_distinct = 0.0;
   double rows_total = 0.0;
   double rows_distinct = 0.0;
+  // Sharded steps over the dp x cp mesh by the plan they ran (MeshMode),
+  // and the mean predicted gain of the weighed ones (policy auto).
+  int64_t mesh_steps = 0;
+  int64_t cp_only_steps = 0;
+  double mesh_gain = 0.0;
 };
 
 ArmSummary summarize(const ArmRecord& arm);
@@ -108,7 +113,9 @@ void print_ab_summary(
 /// summary means (with the replica gaps); name, dedup, hash_seconds, and
 /// per step the job's frames_total, frames_distinct, rows_total and
 /// rows_distinct, with their ratio distinct_rows_ratio (distinct over total
-/// rows, all steps). Defined in tools/train_json.cpp.
+/// rows, all steps); per step mesh_mode ("mesh", "cp-only" or "") and
+/// mesh_gain, and mesh_steps, cp_only_steps, mean_mesh_gain. Defined in
+/// tools/train_json.cpp.
 nlohmann::json arm_json(const ArmRecord& arm);
 /// {"replicated": arm, "sharded": arm, "vision_time_ratio",
 /// "vision_cpu_time_ratio", "step_time_ratio",

@@ -11,8 +11,15 @@
 //                 time added (PolicyEstimate: seconds from the cost
 //                 model's seconds_per_unit, bytes / bandwidth)
 //   imbalance     slowest / mean rank cost, mean over the sharded batches
-//                 (over all batches when none shards)
+//                 (over the batches with media when none shards; 1 when
+//                 none has media)
 //   gather_mb     mean MB the slowest receiving rank gets per sharded batch
+//
+// A batch may be empty (its samples text-only, e.g. "grid_thw": [] in a
+// manifest): it has nothing to encode, takes the replicated path and adds
+// no vision cost, so it counts in batches and as not sharded in
+// shard_share; batches_without_media counts them. With no media in any
+// batch every speed-up and imbalance is 1 (never 0 / 0).
 //
 // Repeated media (AnalyzeOptions::media_ids, e.g. the grpo preset's GRPO
 // group): the totals count every use and the distinct_* fields each media
@@ -67,6 +74,7 @@ struct CpSummary {
 
 struct WorkloadAnalysis {
   int64_t batches = 0;
+  int64_t batches_without_media = 0;  // empty grids: text-only samples
   int64_t frame_units = 0;
   int64_t tokens = 0;
   int64_t patch_rows = 0;

@@ -55,6 +55,11 @@
 //                                 # keyed by a hash of its pixel rows, and
 //                                 # copy its rows to every use
 //                                 # (frameshard/dedup.h)
+//           mesh_min_gain: 0.05   # * [dp, cp] with policy auto: pool the
+//                                 # replicas' frames over the mesh only when
+//                                 # that saves this share of the CP-only
+//                                 # plan's predicted vision time, [0, 1)
+//                                 # (frameshard/mesh_plan.h)
 //
 // cost_alpha may also be the path of a `frameshard calibrate` file
 // (relative to the working directory; frameshard/calibrate.h), whose
@@ -77,6 +82,7 @@
 //   frameshard::PlanOptions o = frameshard::plan_options(cfg);
 #pragma once
 
+#include <frameshard/mesh_plan.h>
 #include <frameshard/plan.h>
 
 #include <cstdint>
@@ -111,6 +117,7 @@ struct FrameShardingConfig {
   std::string policy = "threshold";
   double gather_bandwidth_gbps = kDefaultGatherBandwidthGbps;
   bool dedup = false;
+  double mesh_min_gain = kDefaultMeshMinGain;
 };
 
 /// Largest frame_sharding.split_exchange_cost.

@@ -181,6 +181,21 @@ struct ShardPlan {
 /// unsplit one.
 ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts);
 
+/// A plan whose ranks come in equal blocks: the units [unit_blocks[b],
+/// unit_blocks[b + 1]) go to ranks [b * k, (b + 1) * k), k = options.world /
+/// blocks, each block partitioned on its own with the options' partitioner,
+/// cost model and split rule -- a dp x cp mesh's CP-only plan, each replica's
+/// frames over its own cp ranks (frameshard/mesh_plan.h). Always the sharded
+/// path, with `reason`; a rank without units encodes a dummy frame.
+/// frameshard::Error when world is not a multiple of the blocks, or the
+/// offsets do not run from 0 to the unit count, non-decreasing, along media
+/// (grid row) boundaries.
+ShardPlan make_blocked_plan(
+    const std::vector<GridThw>& grid,
+    const PlanOptions& opts,
+    const std::vector<int64_t>& unit_blocks,
+    const std::string& reason);
+
 /// The fingerprint of `plan`'s current fields (what make_plan stores in
 /// plan.fingerprint), e.g. to check that a plan was not altered.
 uint64_t recompute_fingerprint(const ShardPlan& plan);

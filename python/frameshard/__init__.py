@@ -28,7 +28,7 @@ from ._calibrate import Calibration, calibrate
 from ._calibrate_exchange import calibrate_exchange
 from ._config import FrameShardingConfig, parse_yaml
 from ._groups import Mesh
-from ._plan import DedupCounts, FrameUnit, Plan, RankPlan, plan, workload
+from ._plan import DedupCounts, FrameUnit, MeshChoice, Plan, RankPlan, plan, workload
 from ._shard import FramePiece, all_gather_rows, frame_keys, shard_vision, visual_token_owners
 from ._towers import TowerDims, cost_model, tower_dims
 
@@ -81,6 +81,7 @@ from . import hf  # noqa: E402  (after the version check; it registers the famil
 __all__ = [
     "Calibration",
     "DedupCounts",
+    "MeshChoice",
     "FrameShardingConfig",
     "FramePiece",
     "FrameUnit",

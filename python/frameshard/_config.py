@@ -80,6 +80,9 @@ class FrameShardingConfig:
             mesh_dims ["dp", "cp"]): frames are keyed by a 128-bit hash of their pixel rows (or
             the caller's media_keys) and every use receives its frame's rows; gradients sum
             over the uses (exact for the deterministic Qwen / GLM / RADIO towers).
+        mesh_min_gain: with mesh_dims ["dp", "cp"] and policy "auto", each call pools the
+            replicas' frames over the mesh only when the prediction saves this share of the
+            CP-only plan's vision time (each replica's frames over its own CP ranks), [0, 1).
 
     Construction validates every field (FrameshardError with the YAML message).
     """
@@ -100,6 +103,7 @@ class FrameShardingConfig:
     policy: str = "threshold"
     gather_bandwidth_gbps: float = 25.0
     dedup: bool = False
+    mesh_min_gain: float = 0.05
 
     def __post_init__(self) -> None:
         _C.make_config(self.overrides(), 1)

@@ -66,6 +66,22 @@ class DedupCounts:
 
 
 @dataclasses.dataclass(frozen=True)
+class MeshChoice:
+    """What a call over the dp x cp mesh ran (mesh_dims ["dp", "cp"]): `mode` "mesh" (every
+    replica's frames pooled over all ranks) or "cp-only" (each replica's frames over its own CP
+    ranks). With policy "auto" both were predicted (`weighed`): `mesh_seconds` and
+    `cp_only_seconds` (the slowest rank's tower plus its received bytes), `gain` = 1 - mesh /
+    cp-only, and the mesh runs only when gain >= config.mesh_min_gain; `reason` says so."""
+
+    mode: str
+    weighed: bool
+    gain: float
+    reason: str
+    mesh_seconds: float
+    cp_only_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """The shard plan (frameshard::ShardPlan): `path` is "sharded" or "replicated", `reason`
     says why; `cuts` are the world + 1 unit boundaries of a contiguous partition (empty for lpt);
@@ -94,6 +110,8 @@ class Plan:
     # With dedup: the plan covers the distinct frames only (grid, units, ranks); these count
     # the call's frames and the distinct ones. None without dedup.
     dedup: DedupCounts | None = None
+    # On the dp x cp mesh: which plan ran and why. None off the mesh.
+    mesh: MeshChoice | None = None
 
     @property
     def sharded(self) -> bool:

@@ -25,7 +25,7 @@ from . import _C, _groups
 from ._C import FrameshardError
 from ._config import FrameShardingConfig
 from ._groups import Mesh, Timeout, millis
-from ._plan import DedupCounts, GridLike, Plan, grid_tensor, plan_from_dict
+from ._plan import DedupCounts, GridLike, MeshChoice, Plan, grid_tensor, plan_from_dict
 from ._towers import TowerDims, resolve_dims
 
 _LOG = logging.getLogger("frameshard")
@@ -255,13 +255,15 @@ def _run(
 
     encode = _C.encode_mesh if on_mesh else _C.encode
     returned = encode(call, pixel_values, grid, pg, options)
-    outputs, plan_d, dedup = returned[0], returned[1], returned[5]
+    outputs, plan_d, dedup, mesh = returned[0], returned[1], returned[5], returned[6]
     result: TowerOutput | None = None  # a text-only replica on the mesh's replicated path
     if outputs:
         result = tuple(outputs) if returned_sequence[0] else outputs[0]
     plan = plan_from_dict(plan_d)
     if dedup is not None:
         plan = dataclasses.replace(plan, dedup=DedupCounts(**dedup))
+    if mesh is not None:
+        plan = dataclasses.replace(plan, mesh=MeshChoice(**mesh))
     return result, plan
 
 

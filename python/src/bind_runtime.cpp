@@ -274,7 +274,20 @@ py::tuple encode_binding(
       res.bytes_sent,
       res.tokens,
       py::none(),
-      call.dedup ? py::object(dedup_dict(res.dedup)) : py::none());
+      call.dedup ? py::object(dedup_dict(res.dedup)) : py::none(),
+      py::none());
+}
+
+// What the mesh step ran and why (frameshard/mesh_plan.h MeshChoice).
+py::dict mesh_choice_dict(const MeshPlan& mp) {
+  py::dict d;
+  d["mode"] = to_string(mp.mode);
+  d["weighed"] = mp.choice.weighed;
+  d["gain"] = mp.choice.gain();
+  d["reason"] = mp.choice.reason;
+  d["mesh_seconds"] = mp.choice.mesh.total();
+  d["cp_only_seconds"] = mp.choice.cp_only.total();
+  return d;
 }
 
 py::tuple encode_mesh_binding(
@@ -289,6 +302,10 @@ py::tuple encode_mesh_binding(
   o.token_owner = call.token_owner;
   // The config's world is the mesh's (encode_mesh sets it to dp * cp).
   o.plan = python_tower_plan(call, call.dp * call.cp_size);
+  const Config cfg = config_from(call.overrides, call.cp_size);
+  o.min_gain = cfg.frame_sharding.mesh_min_gain;
+  o.exchange_latency_seconds =
+      cfg.frame_sharding.split_exchange_latency_us * 1e-6;
   o.tower_trainable = call.tower_trainable;
   o.timeout = millis(call.timeout_ms);
   const VisionTower cpp_tower = python_tower(tower, call.takes_pieces);
@@ -305,7 +322,8 @@ py::tuple encode_mesh_binding(
       res.bytes_sent,
       res.tokens,
       res.plan.replica_tokens,
-      call.dedup ? py::object(dedup_dict(res.plan.dedup)) : py::none());
+      call.dedup ? py::object(dedup_dict(res.plan.dedup)) : py::none(),
+      mesh_choice_dict(res.plan));
 }
 
 void init_shard_call(py::module_& m) {
@@ -405,7 +423,7 @@ computed on the pixels' device. Not collective.)doc");
       py::arg("call"),
       R"doc(frameshard::encode with a Python tower: returns
 (outputs, plan dict, bytes sent, owned token indices, None, dedup counts or
-None). call: a ShardCall; call.dedup encodes each distinct frame once.
+None, None). call: a ShardCall; call.dedup encodes each distinct frame once.
 With call.token_owner (one CP rank per visual token) each rank gets only
 its rows. call.takes_pieces: the tower is also called with pieces= (a list
 of (frame, begin, end, h, w)) and exchange= (a differentiable callable on
@@ -423,8 +441,9 @@ frames. Collective.)doc");
 group (call.dp x call.cp_size; mesh rank = replica * cp + cp rank; each
 rank passes its own replica's pixel_values and grid_thw): returns (outputs
 of this replica, the pooled plan dict, bytes sent, owned token indices, the
-replicas' token offsets, the mesh-wide dedup counts or None). Empty outputs: a text-only replica on the
-replicated path. Collective over the mesh group.)doc");
+replicas' token offsets, the mesh-wide dedup counts or None, the mesh
+choice dict: mode, weighed, gain, reason, mesh_seconds, cp_only_seconds).
+Empty outputs: a text-only replica on the replicated path. Collective over the mesh group.)doc");
 }
 
 }  // namespace python

@@ -16,14 +16,20 @@ MethodSummary summarize(
   MethodSummary m;
   m.method = method;
   double replicated = 0.0, vision = 0.0, with_gather = 0.0;
-  double imbalance_sharded = 0.0, imbalance_all = 0.0, gather_bytes = 0.0;
-  int64_t sharded = 0;
+  double imbalance_sharded = 0.0, imbalance_media = 0.0, gather_bytes = 0.0;
+  int64_t sharded = 0, with_media = 0;
   for (const std::vector<GridThw>& grid : batches) {
+    // A batch without media (text-only samples) plans to the replicated
+    // path with nothing to encode: it adds no vision cost to either side
+    // and counts as not sharded.
     const ShardPlan plan = make_plan(grid, o);
     const PolicyEstimate e = estimate_policy(
         o.policy, o.cost, plan.frames, plan.unit_costs, plan.partition);
     replicated += e.replicated_seconds;
-    imbalance_all += plan.partition.imbalance();
+    if (!plan.frames.units.empty()) {
+      with_media += 1;
+      imbalance_media += plan.partition.imbalance();
+    }
     if (plan.sharded()) {
       sharded += 1;
       vision += e.slowest_seconds;
@@ -39,8 +45,13 @@ MethodSummary summarize(
   m.shard_share = static_cast<double>(sharded) / n;
   m.speedup = vision > 0.0 ? replicated / vision : 1.0;
   m.speedup_gather = with_gather > 0.0 ? replicated / with_gather : 1.0;
-  m.imbalance = sharded > 0 ? imbalance_sharded / static_cast<double>(sharded)
-                            : imbalance_all / n;
+  // No vision work at all (every batch text-only): the ratios stay 1, not
+  // 0 / 0.
+  if (sharded > 0) {
+    m.imbalance = imbalance_sharded / static_cast<double>(sharded);
+  } else if (with_media > 0) {
+    m.imbalance = imbalance_media / static_cast<double>(with_media);
+  }
   m.gather_mb =
       sharded > 0 ? gather_bytes / static_cast<double>(sharded) / 1e6 : 0.0;
   return m;
@@ -68,6 +79,7 @@ WorkloadAnalysis analyze_batches(
   for (std::size_t b = 0; b < batches.size(); ++b) {
     const std::vector<GridThw>& grid = batches[b];
     const FrameSet f = expand_frames(grid, options.plan.layout);
+    a.batches_without_media += f.units.empty() ? 1 : 0;
     a.frame_units += static_cast<int64_t>(f.units.size());
     a.tokens += f.total_tokens;
     a.patch_rows += f.total_patch_rows;

@@ -333,6 +333,8 @@ std::string to_yaml(const Config& config) {
   out << YAML::Key << "gather_bandwidth_gbps" << YAML::Value
       << YAML::Precision(17) << fs.gather_bandwidth_gbps;
   out << YAML::Key << "dedup" << YAML::Value << YAML::TrueFalseBool << fs.dedup;
+  out << YAML::Key << "mesh_min_gain" << YAML::Value
+      << shortest_decimal(fs.mesh_min_gain);
   out << YAML::EndMap << YAML::EndMap << YAML::EndMap;
   out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

@@ -233,6 +233,10 @@ void add_tower_and_policy(std::vector<Rule>& rules) {
   rules.push_back(bool_rule(
       fs_key("dedup"),
       [](auto& c) -> auto& { return c.frame_sharding.dedup; }));
+  rules.push_back(number_rule(
+      fs_key("mesh_min_gain"), NumberRange::kFraction, [](auto& c) -> auto& {
+        return c.frame_sharding.mesh_min_gain;
+      }));
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
-// The analyze manifest: strict JSON per line (json_text.h), every error
-// naming the line, the field, what was expected and what was given.
+// The dataset manifest of analyze and plan --manifest: strict JSON per line
+// (json_text.h), every error naming the line, the field, what was expected
+// and what was given. grid_thw and text_tokens are read as the training
+// manifest reads them (manifest_fields.h).
 #include <frameshard/error.h>
 #include <frameshard/media_manifest.h>
 
 #include "core/json_text.h"
 #include "core/jsonl_lines.h"
+#include "core/manifest_fields.h"
 
 #include <nlohmann/json.hpp>
 
@@ -46,35 +49,6 @@ GridThw resized(const LineRef& at, const std::string& field, Make make) {
     return make();
   } catch (const Error& e) {
     detail::fail(at.fn, at.where, ": ", field, ": ", e.what());
-  }
-}
-
-void read_grid_rows(
-    const nlohmann::json& v,
-    const ProcessorRule& rule,
-    const LineRef& at,
-    MediaSample& s) {
-  const int64_t m = rule.merge_size;
-  const std::string row_rule =
-      "[t, h, w] with t >= 1 and h and w positive multiples of " +
-      std::to_string(m) + " (each at most " +
-      std::to_string(json_detail::kMaxManifestEntry) + ")";
-  if (!v.is_array() || v.empty()) {
-    line_error(at, "grid_thw", "a non-empty list of " + row_rule, v);
-  }
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    const std::string field = "grid_thw[" + std::to_string(i) + "]";
-    if (!v[i].is_array() || v[i].size() != 3) {
-      line_error(at, field, row_rule, v[i]);
-    }
-    GridThw g{
-        read_count(v[i][0], at, field),
-        read_count(v[i][1], at, field),
-        read_count(v[i][2], at, field)};
-    if (g.h % m != 0 || g.w % m != 0) {
-      line_error(at, field, row_rule, v[i]);
-    }
-    s.grid.push_back(g);
   }
 }
 
@@ -131,17 +105,21 @@ void read_videos(
   }
 }
 
-MediaSample read_sample(
-    const nlohmann::json& doc, const ProcessorRule& rule, const LineRef& at) {
-  MediaSample s;
+// The keys a line may hold, and none of images, videos, grid_thw and
+// text_tokens is an error: such a line says nothing about a sample.
+void check_sample_keys(const nlohmann::json& doc, const LineRef& at) {
+  bool sample = false;
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     const std::string& k = it.key();
-    if (k == "grid_thw") {
-      read_grid_rows(it.value(), rule, at, s);
-    } else if (k == "id" && !it.value().is_string()) {
-      line_error(at, "id", "a string", it.value());
+    if (k == "id") {
+      if (!it.value().is_string()) {
+        line_error(at, "id", "a string", it.value());
+      }
     } else if (
-        k != "images" && k != "videos" && k != "text_tokens" && k != "id") {
+        k == "images" || k == "videos" || k == "grid_thw" ||
+        k == "text_tokens") {
+      sample = true;
+    } else {
       line_error(
           at,
           detail::excerpt(k),
@@ -149,15 +127,35 @@ MediaSample read_sample(
           nlohmann::json(k));
     }
   }
+  if (!sample) {
+    line_error(
+        at,
+        "",
+        "media (images, videos or grid_thw; [] for a text-only sample) or "
+        "text_tokens",
+        doc);
+  }
+}
+
+MediaSample read_sample(
+    const nlohmann::json& doc, const ProcessorRule& rule, const LineRef& at) {
+  check_sample_keys(doc, at);
+  MediaSample s;
   // Media order: grid_thw rows, images, videos (nlohmann sorts the keys).
+  if (doc.contains("grid_thw")) {
+    s.grid = json_detail::read_grid_thw(doc["grid_thw"], rule.merge_size, at);
+  }
   if (doc.contains("images")) {
     read_images(doc["images"], rule, at, s);
   }
   if (doc.contains("videos")) {
     read_videos(doc["videos"], rule, at, s);
   }
-  if (s.grid.empty()) {
-    line_error(at, "", "at least one image, video or grid_thw row", doc);
+  // After the media: the runs are counted around every medium, however it
+  // was given.
+  if (doc.contains("text_tokens")) {
+    s.text_runs =
+        json_detail::read_text_tokens(doc["text_tokens"], s.grid.size(), at);
   }
   return s;
 }
@@ -194,6 +192,14 @@ std::vector<MediaSample> load_media_manifest(
   std::ostringstream text;
   text << in.rdbuf();
   return parse_media_manifest(text.str(), rule, path);
+}
+
+int64_t MediaSample::text_tokens() const {
+  int64_t total = 0;
+  for (int64_t n : text_runs) {
+    total += n;
+  }
+  return total;
 }
 
 }  // namespace frameshard

@@ -6,6 +6,7 @@
 #include <frameshard/mesh_plan.h>
 
 #include "core/arrival_order.h"
+#include "core/mesh_choice.h"
 
 #include <algorithm>
 #include <string>
@@ -77,6 +78,7 @@ MeshPlan make_mesh_plan(
       options.dp,
       "), got ",
       replicas.size());
+  internal::check_mesh_choice_options(options);
   MeshPlan mp;
   mp.dp = options.dp;
   mp.cp = options.cp;
@@ -138,6 +140,7 @@ MeshPlan make_mesh_plan(
     }
   }
   mp.plan = pooled.empty() ? empty_plan(po) : make_plan(pooled, po);
+  internal::choose_mesh_mode(mp, options, pooled);
   return mp;
 }
 

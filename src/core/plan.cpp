@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/fingerprint.h"
+#include "core/plan_build.h"
 #include "core/split_ranks.h"
 
 namespace frameshard {
@@ -281,7 +282,7 @@ int64_t floor_pad_frames(
   return (missing + frame_rows - 1) / frame_rows;
 }
 
-namespace {
+namespace internal {
 
 void check_plan_options(const PlanOptions& opts) {
   FRAMESHARD_CHECK(
@@ -316,10 +317,25 @@ void check_plan_options(const PlanOptions& opts) {
       to_string(opts.partitioner));
 }
 
-}  // namespace
+std::vector<double> unit_costs(const FrameSet& frames, const CostModel& cost) {
+  // Every frame of one media item has the same size, hence the same cost.
+  std::vector<double> costs(frames.units.size());
+  auto out = costs.begin();
+  for (const GridThw& g : frames.grid) {
+    out = std::fill_n(out, g.t, cost(g.h * g.w));
+  }
+  return costs;
+}
+
+void finish_split_plan(ShardPlan& plan, const SplitPartition& split) {
+  build_split_ranks(plan, split);
+  plan.fingerprint = plan_fingerprint(plan, Runs(plan));
+}
+
+}  // namespace internal
 
 ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
-  check_plan_options(opts);
+  internal::check_plan_options(opts);
 
   ShardPlan plan;
   plan.options = opts;
@@ -328,14 +344,7 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
   const int64_t n = static_cast<int64_t>(frames.units.size());
   const int64_t world = opts.world;
 
-  // Every frame of one media item has the same size, hence the same cost.
-  plan.unit_costs.resize(static_cast<size_t>(n));
-  {
-    auto out = plan.unit_costs.begin();
-    for (const GridThw& g : frames.grid) {
-      out = std::fill_n(out, g.t, opts.cost(g.h * g.w));
-    }
-  }
+  plan.unit_costs = internal::unit_costs(frames, opts.cost);
 
   plan.partition = partition_costs(plan.unit_costs, world, opts.partitioner);
   const PolicyDecision decision = decide_policy(
@@ -350,11 +359,21 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
   if (opts.split.enabled && plan.path == PlanPath::kSharded) {
     const SplitPartition sp = split_partition(frames, opts, plan.unit_costs);
     if (sp.split) {
-      internal::build_split_ranks(plan, sp);
-      plan.fingerprint = plan_fingerprint(plan, Runs(plan));
+      internal::finish_split_plan(plan, sp);
       return plan;
     }
   }
+  internal::finish_plan(plan, n > 0 && n < world);
+  return plan;
+}
+
+namespace internal {
+
+void finish_plan(ShardPlan& plan, bool dummy_for_empty) {
+  const PlanOptions& opts = plan.options;
+  const FrameSet& frames = plan.frames;
+  const int64_t n = static_cast<int64_t>(frames.units.size());
+  const int64_t world = opts.world;
   const std::vector<int64_t>& assignment = plan.partition.assignment;
 
   // Units per rank, ascending.
@@ -384,11 +403,10 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
 
   const MediaIndex index(frames);
   const Runs runs(plan);
-  const bool add_dummies = n > 0 && n < world;
   plan.gather_counts.resize(static_cast<size_t>(world));
   for (int64_t r = 0; r < world; ++r) {
     RankShard& rs = plan.ranks[r];
-    build_rank(frames, index, runs, opts, add_dummies, rs);
+    build_rank(frames, index, runs, opts, dummy_for_empty, rs);
     rs.cost = plan.partition.rank_costs[r];
     plan.gather_counts[r] = rs.real_tokens;
   }
@@ -420,8 +438,9 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
   }
 
   plan.fingerprint = plan_fingerprint(plan, runs);
-  return plan;
 }
+
+}  // namespace internal
 
 uint64_t recompute_fingerprint(const ShardPlan& plan) {
   return plan_fingerprint(plan, Runs(plan));

@@ -1,6 +1,8 @@
 #include <frameshard/error.h>
 #include <frameshard/policy.h>
 
+#include "core/units_text.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,9 +13,7 @@ namespace frameshard {
 namespace {
 
 std::string ms(double seconds) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g ms", seconds * 1e3);
-  return buf;
+  return internal::milliseconds_text(seconds);
 }
 
 }  // namespace

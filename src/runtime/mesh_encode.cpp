@@ -11,6 +11,7 @@
 // (runtime/consensus.h), before the output all-to-all.
 #include <frameshard/runtime/mesh_encode.h>
 
+#include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/gather.h>
 #include <frameshard/runtime/route.h>
 
@@ -25,6 +26,8 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -65,33 +68,6 @@ struct MeshCall {
   std::vector<GridThw> grid;  // this replica's, once checked
 };
 
-void check_token_owner(
-    const std::vector<int64_t>& owner,
-    int64_t tokens,
-    int64_t cp,
-    const std::string& prefix) {
-  if (owner.empty()) {
-    return;
-  }
-  TORCH_CHECK(
-      static_cast<int64_t>(owner.size()) == tokens,
-      prefix,
-      "expected token_owner to have one entry per visual token of this "
-      "replica (",
-      tokens,
-      "), got ",
-      owner.size());
-  for (int64_t o : owner) {
-    TORCH_CHECK(
-        o >= 0 && o < cp,
-        prefix,
-        "expected token_owner entries (cp ranks) in [0, ",
-        cp,
-        "), got ",
-        o);
-  }
-}
-
 /// This rank's metadata record: its inputs and options, or why they fail
 /// the checks that need no peer. Sets c.grid.
 internal::MeshRecord check_local_inputs(
@@ -100,11 +76,17 @@ internal::MeshRecord check_local_inputs(
   internal::MeshRecord mine;
   mine.dp = o.dp;
   mine.cp = o.cp;
-  mine.options = internal::plan_options_fingerprint(o.plan, o.dp, o.cp);
+  mine.options =
+      internal::plan_options_fingerprint(o.plan, o.dp, o.cp, o.min_gain);
+  mine.options ^= std::hash<double>{}(o.exchange_latency_seconds);
   mine.tower_trainable = o.tower_trainable;
-  // Dedup is a mesh-wide choice: part of the options every rank compares.
+  // Dedup is a mesh-wide choice: part of the options every rank compares;
+  // so is where a CP-only step runs (over cp_group or the mesh's routes).
   if (o.dedup) {
     mine.options ^= 0x5d5d5d5d5d5d5d5dULL;
+  }
+  if (o.cp_group) {
+    mine.options ^= 0x3c3c3c3c3c3c3c3cULL;
   }
   try {
     TORCH_CHECK(
@@ -131,6 +113,13 @@ internal::MeshRecord check_local_inputs(
         static_cast<bool>(c.tower),
         c.prefix,
         "expected a callable tower, got an empty function");
+    TORCH_CHECK(
+        std::isfinite(o.other_seconds) && o.other_seconds >= 0.0,
+        c.prefix,
+        "expected other_seconds finite and >= 0, got ",
+        o.other_seconds);
+    mine.other_seconds = o.other_seconds;
+    internal::check_cp_group(o.cp_group, o.cp, c.rank, c.prefix);
     const at::Tensor& px = c.pixel_values;
     TORCH_CHECK(
         px.defined() && px.dim() == 2,
@@ -143,7 +132,8 @@ internal::MeshRecord check_local_inputs(
     std::vector<GridThw> grid = grid_from_tensor(grid_thw);
     const FrameSet frames = expand_frames(grid, o.plan.layout);
     check_pixel_rows(frames, px.size(0));
-    check_token_owner(o.token_owner, frames.total_tokens, o.cp, c.prefix);
+    internal::check_token_owner(
+        o.token_owner, frames.total_tokens, o.cp, c.prefix);
     mine.tokens = frames.total_tokens;
     if (o.dedup) {
       TORCH_CHECK(
@@ -179,10 +169,32 @@ MeshPlan plan_mesh(
   mo.dp = c.options.dp;
   mo.cp = c.options.cp;
   mo.plan = c.options.plan;
+  mo.min_gain = c.options.min_gain;
+  mo.exchange_latency_seconds = c.options.exchange_latency_seconds;
+  // The route model's pixel row: the real one, once any rank has pixels.
+  for (const internal::MeshRecord& r : records) {
+    if (r.dtype >= 0 && r.features > 0) {
+      mo.pixel_row_bytes =
+          r.features * static_cast<int64_t>(c10::elementSize(
+                           static_cast<c10::ScalarType>(r.dtype)));
+      break;
+    }
+  }
   std::vector<std::vector<GridThw>> replicas;
+  bool others = false;
   for (size_t first = 0; first < records.size();
        first += static_cast<size_t>(mo.cp)) {
     replicas.push_back(records[first].grid);
+    // A replica's rest of the step: its slowest cp rank's.
+    double other = 0.0;
+    for (size_t k = first; k < first + static_cast<size_t>(mo.cp); ++k) {
+      other = std::max(other, records[k].other_seconds);
+    }
+    mo.replica_other_seconds.push_back(other);
+    others = others || other > 0.0;
+  }
+  if (!others) {
+    mo.replica_other_seconds.clear();
   }
   try {
     return make_mesh_plan(replicas, mo, internal::replica_keys(records));
@@ -279,6 +291,34 @@ MeshEncodeResult encode_replicated(
   return res;
 }
 
+/// A CP-only step with a cp_group: frameshard::encode over this replica's
+/// CP group, exactly as mesh_dims [cp] runs it (the replicas meet in no
+/// further collective; a text-only replica runs nothing, as on the CP path).
+MeshEncodeResult encode_cp_only(
+    const MeshCall& c, MeshPlan mp, const at::Tensor& grid_thw) {
+  MeshEncodeResult res;
+  if (!c.grid.empty()) {
+    EncodeOptions eo;
+    eo.plan = c.options.plan;
+    eo.plan.world = c.options.cp;
+    eo.tower_trainable = c.options.tower_trainable;
+    eo.timeout = c.options.timeout;
+    eo.token_owner = c.options.token_owner;
+    if (c.options.dedup) {
+      eo.unit_keys = c.options.unit_keys;
+    }
+    EncodeResult er =
+        encode(c.tower, c.pixel_values, grid_thw, c.options.cp_group, eo);
+    res.outputs = std::move(er.outputs);
+    res.tokens = std::move(er.tokens);
+    res.bytes_sent = er.bytes_sent;
+    res.bytes_received = er.bytes_received;
+    res.dedup = std::move(er.dedup);
+  }
+  res.plan = std::move(mp);
+  return res;
+}
+
 /// Step (c): this rank's real pixel rows, in its local order.
 at::Tensor receive_pixels(
     const MeshCall& c, const MeshPlan& mp, MeshEncodeResult& res) {
@@ -295,8 +335,13 @@ at::Tensor receive_pixels(
                                                : at::cat(pieces, 0);
   GatherOptions gopts;
   gopts.timeout = c.options.timeout;
+  // The CP-only plan keeps every unit on its own replica's ranks, where the
+  // pixels already are: every rank knows it, so all skip the exchange.
   at::Tensor recv =
-      all_to_all_rows(send, px.send_counts, px.recv_counts, c.group, gopts);
+      mp.mode == MeshMode::kCpOnly
+          ? send
+          : all_to_all_rows(
+                send, px.send_counts, px.recv_counts, c.group, gopts);
   TORCH_INTERNAL_ASSERT(
       recv.size(0) == mp.plan.ranks[c.rank].real_patch_rows,
       "encode_mesh: the pixel route disagrees with the plan");
@@ -328,13 +373,14 @@ void route_outputs(
   gopts.timeout = c.options.timeout;
   internal::fault_point("gather", c.rank);
   // A row goes out once per consumer: index_select's backward then sums
-  // the gradients of a replica's cp copies.
-  at::Tensor out = all_to_all_rows(
-      fused.index_select(0, index(route.send_order)),
-      route.send_counts,
-      route.recv_counts,
-      c.group,
-      gopts);
+  // the gradients of a replica's cp copies. Routes that stay on every rank
+  // (the CP-only plan at cp 1; the plan says so to all ranks alike) need
+  // no collective, forward or backward.
+  at::Tensor out = fused.index_select(0, index(route.send_order));
+  if (mp.mode != MeshMode::kCpOnly || mp.choice.cp_only.rows_in > 0) {
+    out = all_to_all_rows(
+        out, route.send_counts, route.recv_counts, c.group, gopts);
+  }
   out = out.index_select(0, index(route.recv_order));
   res.outputs = internal::split_widths(out, lo.widths);
   if (!owners.empty()) {
@@ -414,6 +460,9 @@ MeshEncodeResult encode_mesh(
   MeshPlan mp = plan_mesh(records, c);
   if (!mp.plan.sharded()) {
     return encode_replicated(c, std::move(mp), records);
+  }
+  if (mp.mode == MeshMode::kCpOnly && options.cp_group) {
+    return encode_cp_only(c, std::move(mp), grid_thw);
   }
   return encode_sharded(c, std::move(mp), internal::replica_owners(records));
 }

@@ -19,7 +19,7 @@ namespace internal {
 
 namespace {
 
-constexpr int64_t kMeshMagic = 0x46534e4d45303032;  // "FSNME002"
+constexpr int64_t kMeshMagic = 0x46534e4d45303033;  // "FSNME003"
 enum MeshWord : int64_t {
   kMwMagic = 0,
   kMwLength,  // words of the whole record
@@ -36,7 +36,8 @@ enum MeshWord : int64_t {
   kMwOwnerFingerprint,
   kMwOwnerRuns,  // (owner, count) runs after the grid, 2 words each
   kMwKeysFingerprint,
-  kMwKeys,  // unit keys after the owner runs, 2 words each
+  kMwKeys,          // unit keys after the owner runs, 2 words each
+  kMwOtherSeconds,  // bits of a double
   kMwMessageLength,
   kMwMessage,  // kConsensusMessageBytes bytes
   kMwHeader = kMwMessage + kConsensusMessageBytes / 8,
@@ -74,6 +75,7 @@ std::vector<int64_t> pack_mesh_record(const MeshRecord& r) {
   w[kMwMedia] = static_cast<int64_t>(r.grid.size());
   w[kMwOwnerMode] = r.owner_mode ? 1 : 0;
   w[kMwOwnerFingerprint] = as_word(r.owner_fp);
+  w[kMwOtherSeconds] = bits_of(r.other_seconds);
   const auto len = std::min<int64_t>(
       static_cast<int64_t>(r.error.size()), kConsensusMessageBytes);
   w[kMwMessageLength] = len;
@@ -126,6 +128,7 @@ MeshRecord unpack_mesh_record(
   r.tokens = w[kMwTokens];
   r.owner_mode = w[kMwOwnerMode] != 0;
   r.owner_fp = as_hash(w[kMwOwnerFingerprint]);
+  std::memcpy(&r.other_seconds, &w[kMwOtherSeconds], sizeof(double));
   const int64_t len = std::min(
       std::max<int64_t>(w[kMwMessageLength], 0), kConsensusMessageBytes);
   r.error.assign(
@@ -292,12 +295,63 @@ void check_replicas(
 
 }  // namespace
 
+// A cp_group must be this replica's CP group: cp ranks, this rank at its
+// cp rank (the CP-only step runs encode over it).
+void check_cp_group(
+    const ProcessGroupPtr& cp_group,
+    int64_t cp,
+    int rank,
+    const std::string& prefix) {
+  if (!cp_group) {
+    return;
+  }
+  TORCH_CHECK(
+      cp_group->getSize() == cp && cp_group->getRank() == rank % cp,
+      prefix,
+      "expected cp_group to be this replica's CP group (",
+      cp,
+      " ranks, this rank at cp rank ",
+      rank % cp,
+      "), got ",
+      cp_group->getSize(),
+      " ranks with this rank at ",
+      cp_group->getRank());
+}
+
+void check_token_owner(
+    const std::vector<int64_t>& owner,
+    int64_t tokens,
+    int64_t cp,
+    const std::string& prefix) {
+  if (owner.empty()) {
+    return;
+  }
+  TORCH_CHECK(
+      static_cast<int64_t>(owner.size()) == tokens,
+      prefix,
+      "expected token_owner to have one entry per visual token of this "
+      "replica (",
+      tokens,
+      "), got ",
+      owner.size());
+  for (int64_t o : owner) {
+    TORCH_CHECK(
+        o >= 0 && o < cp,
+        prefix,
+        "expected token_owner entries (cp ranks) in [0, ",
+        cp,
+        "), got ",
+        o);
+  }
+}
+
 uint64_t plan_options_fingerprint(
-    const PlanOptions& plan, int64_t dp, int64_t cp) {
+    const PlanOptions& plan, int64_t dp, int64_t cp, double mesh_min_gain) {
   Fingerprint fp;
   for (int64_t v :
        {dp,
         cp,
+        bits_of(mesh_min_gain),
         static_cast<int64_t>(plan.partitioner),
         bits_of(plan.cost.a),
         bits_of(plan.cost.b),

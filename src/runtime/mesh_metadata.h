@@ -48,13 +48,29 @@ struct MeshRecord {
   /// the keys themselves when it sends them (cp rank 0 of its replica).
   uint64_t keys_fp = 0;
   std::vector<UnitKey> keys;
+  /// MeshEncodeOptions::other_seconds: its predicted rest of the step.
+  double other_seconds = 0.0;
 };
 
+/// encode_mesh's local checks (c10::Error with `prefix`): a cp_group that
+/// is not this replica's CP group (cp ranks, `rank` at rank % cp), and a
+/// token_owner without one cp rank in [0, cp) per visual token.
+void check_cp_group(
+    const ProcessGroupPtr& cp_group,
+    int64_t cp,
+    int rank,
+    const std::string& prefix);
+void check_token_owner(
+    const std::vector<int64_t>& owner,
+    int64_t tokens,
+    int64_t cp,
+    const std::string& prefix);
+
 /// Fingerprint of everything but the grids that the mesh plan depends on
-/// (dp, cp, partitioner, cost model, floor rows, layout, policy, split; not
-/// plan.world, which encode_mesh sets).
+/// (dp, cp, partitioner, cost model, floor rows, layout, policy, split, the
+/// mesh's min_gain; not plan.world, which encode_mesh sets).
 uint64_t plan_options_fingerprint(
-    const PlanOptions& plan, int64_t dp, int64_t cp);
+    const PlanOptions& plan, int64_t dp, int64_t cp, double mesh_min_gain);
 
 /// Collective over `group`: every rank's record, in rank order (`mine`
 /// alone on a group of one). `device` holds the exchanged words.

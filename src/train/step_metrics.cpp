@@ -9,7 +9,7 @@ namespace train {
 std::vector<StepMetrics> gather_step_metrics(
     const StepMetrics& mine, const TrainGroups& groups) {
   // One fixed-size record of doubles per rank (counts below 2^53 are
-  // exact); the plan path as 0/1.
+  // exact); the plan path as 0/1, the mesh mode as 0 (none) / 1 / 2.
   const std::vector<double> rec = {
       static_cast<double>(mine.step),
       mine.loss,
@@ -28,7 +28,11 @@ std::vector<StepMetrics> gather_step_metrics(
       static_cast<double>(mine.frames_total),
       static_cast<double>(mine.frames_distinct),
       static_cast<double>(mine.rows_total),
-      static_cast<double>(mine.rows_distinct)};
+      static_cast<double>(mine.rows_distinct),
+      mine.mesh_mode == "mesh"      ? 1.0
+      : mine.mesh_mode == "cp-only" ? 2.0
+                                    : 0.0,
+      mine.mesh_gain};
   at::Tensor local = at::tensor(rec, at::TensorOptions().dtype(at::kDouble));
   const int64_t world = groups.world ? groups.world->getSize() : 1;
   std::vector<at::Tensor> all;
@@ -65,6 +69,8 @@ std::vector<StepMetrics> gather_step_metrics(
     m.frames_distinct = static_cast<int64_t>(v[15]);
     m.rows_total = static_cast<int64_t>(v[16]);
     m.rows_distinct = static_cast<int64_t>(v[17]);
+    m.mesh_mode = v[18] > 1.5 ? "cp-only" : v[18] > 0.5 ? "mesh" : "";
+    m.mesh_gain = v[19];
     result.push_back(m);
   }
   return result;

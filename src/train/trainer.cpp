@@ -44,6 +44,10 @@ struct Trainer::State {
   std::vector<ManifestSample> manifest;
   MemoryStats memory{c10::Device(c10::kCPU)};
   std::unique_ptr<detail::VisionStage> vision;
+  // Seconds of the decoder's forward + backward per sequence position, as
+  // the last step measured: this step's prediction of the rest of the
+  // step for the mesh's choice (MeshEncodeOptions::other_seconds).
+  double decoder_rate = 0.0;
 };
 
 namespace {
@@ -164,6 +168,14 @@ Trainer::Trainer(
     s.plan =
         arm_plan_options(config, sharded, models::tower_dims(s.tower.config));
     s.plan.layout = models::media_layout(s.tower.config);
+    {
+      // The auto policy's and the mesh choice's output row: this tower's
+      // (every merger's output travels fused), not a 4096-wide default.
+      const TowerDims d = models::tower_dims(s.tower.config);
+      s.plan.policy.gather_row_bytes =
+          d.out_hidden * std::max<int64_t>(1, d.mergers) *
+          static_cast<int64_t>(c10::elementSize(s.dtype));
+    }
     FRAMESHARD_CHECK(
         !s.plan.split.enabled || models::takes_pieces(s.tower.config),
         "train",
@@ -350,14 +362,22 @@ std::vector<at::Tensor> encode_step(
     const TrainGroups& g,
     int64_t mesh_dp,
     int64_t cp,
+    double min_gain,
+    double other_seconds,
+    double exchange_latency_seconds,
     const EncodeOptions& eo) {
   if (mesh_dp > 0) {
     MeshEncodeOptions mo;
     mo.dp = mesh_dp;
     mo.cp = cp;
     mo.plan = eo.plan;
+    mo.min_gain = min_gain;
+    mo.other_seconds = other_seconds;
+    mo.exchange_latency_seconds = exchange_latency_seconds;
     mo.timeout = eo.timeout;
     mo.token_owner = eo.token_owner;
+    // A CP-only step then runs as mesh_dims [cp] would, on the CP group.
+    mo.cp_group = g.cp;
     return vision.forward_mesh(b.pixels, b.grid, g.world, mo, g.cp);
   }
   if (b.layout.grid.empty()) {
@@ -387,8 +407,16 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   if (s.config.parallel.frame_sharding.gather == "owner") {
     detail::route_to_owners(b, s.cp, eo);
   }
-  std::vector<at::Tensor> visual =
-      encode_step(*s.vision, b, s.groups, s.mesh ? s.dp : 0, s.cp, eo);
+  std::vector<at::Tensor> visual = encode_step(
+      *s.vision,
+      b,
+      s.groups,
+      s.mesh ? s.dp : 0,
+      s.cp,
+      s.config.parallel.frame_sharding.mesh_min_gain,
+      s.decoder_rate * static_cast<double>(b.layout.seq_len()),
+      s.config.parallel.frame_sharding.split_exchange_latency_us * 1e-6,
+      eo);
   if (visual.empty()) {
     visual = no_visual_rows(s.tower, s.dtype, device);
   }
@@ -406,6 +434,8 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   loss.backward();
   StepMetrics m;
   m.decoder_seconds = detail::elapsed_seconds(lm_start, device);
+  s.decoder_rate = m.decoder_seconds / static_cast<double>(std::max<int64_t>(
+                                           1, b.layout.seq_len()));
   s.vision->backward_gather();
   s.vision->backward_tower();
 
@@ -426,6 +456,8 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   m.visual_bytes_received = s.vision->bytes_received();
   m.allgather_bytes_received = s.vision->allgather_bytes_received();
   m.plan_path = to_string(s.vision->plan().path);
+  m.mesh_mode = s.vision->mesh_mode();
+  m.mesh_gain = s.vision->mesh_gain();
   m.step_seconds = detail::elapsed_seconds(start, device);
   m.peak_bytes = std::max(s.vision->peak_before_tower(), s.memory.peak_bytes());
   return m;

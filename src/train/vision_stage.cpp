@@ -93,6 +93,8 @@ void VisionStage::begin_step() {
   bytes_received_ = 0;
   allgather_bytes_received_ = 0;
   plan_ = ShardPlan{};
+  mesh_mode_.clear();
+  mesh_gain_ = 0.0;
   tower_out_.clear();
   tower_leaf_.clear();
   encoded_.clear();
@@ -164,8 +166,18 @@ std::vector<at::Tensor> VisionStage::forward_mesh(
       grid_thw,
       mesh_group,
       o);
-  count_mesh_frames(
-      grid_thw, res.plan, mesh_group->getRank() / o.cp, o.unit_keys);
+  const bool on_cp_group = res.plan.plan.sharded() &&
+                           res.plan.mode == MeshMode::kCpOnly && o.cp_group;
+  if (on_cp_group) {
+    count_frames(grid_thw, res.dedup);  // the CP path's own counts
+  } else {
+    count_mesh_frames(
+        grid_thw, res.plan, mesh_group->getRank() / o.cp, o.unit_keys);
+  }
+  if (res.plan.plan.sharded()) {
+    mesh_mode_ = to_string(res.plan.mode);
+    mesh_gain_ = res.plan.choice.gain();
+  }
   plan_ = std::move(res.plan.plan);
   // Pixels and outputs; there is no all-gather to compare with (0).
   bytes_received_ = res.bytes_received;

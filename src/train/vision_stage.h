@@ -34,6 +34,8 @@
 #include <frameshard/runtime/mesh_encode.h>
 #include <frameshard/train/memory_stats.h>
 
+#include <string>
+
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -132,6 +134,14 @@ class VisionStage {
   const ShardPlan& plan() const {
     return plan_;
   }
+  /// forward_mesh on the sharded path: "mesh" or "cp-only" (MeshMode) and
+  /// the choice's predicted gain; "" and 0 otherwise.
+  const std::string& mesh_mode() const {
+    return mesh_mode_;
+  }
+  double mesh_gain() const {
+    return mesh_gain_;
+  }
 
  private:
   std::vector<at::Tensor> run_tower(const TowerInput& input);
@@ -164,6 +174,8 @@ class VisionStage {
   std::vector<at::Tensor> encoded_;  // encode's outputs (graph: gather)
   std::vector<at::Tensor> encoded_leaf_;
   ShardPlan plan_;
+  std::string mesh_mode_;
+  double mesh_gain_ = 0.0;
   double tower_seconds_ = 0.0;
   double tower_cpu_seconds_ = 0.0;
   double gather_seconds_ = 0.0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `frameshard plan` end to end: JSON shape and quality, workload files, SVG,
-# config precedence, dotted overrides and error exits.
+# `frameshard plan` end to end: JSON shape and quality, workload files,
+# manifests (--manifest, text-only samples included), SVG, config
+# precedence, dotted overrides and error exits.
 # Usage: bash tests/cli/plan_test.sh <frameshard binary> <repo root>
 set -u
 BIN=${1:?usage: plan_test.sh <frameshard binary> <repo root>}
@@ -256,6 +257,71 @@ expect_error "bad workload field" "spatial_merge_size" --workload "$TMP/merge.js
 echo '{"grid_thw": [[1, 4, 4]], "frames": 3}' >"$TMP/key.json"
 expect_error "unknown workload key" "frames" --workload "$TMP/key.json"
 expect_error "missing workload" "$TMP/none.json" --workload "$TMP/none.json"
+# ---------------------------------------------------------------- manifests
+# plan --manifest: samples of a training or dataset manifest as one batch;
+# the mesh recipe's pages_or_text.jsonl has a text-only sample (grid_thw []).
+PAGES="$ROOT/examples/recipes/pages_or_text.jsonl"
+if plan_json "manifest sample 0" --manifest "$PAGES" --cp 2; then
+  check "manifest sample 0: its 3 pages, sharded" \
+    'j["media"] == 3 and j["units"] == 3 and not j["no_media"] and j["path"] == "sharded"'
+  check "manifest sample 0: the manifest object" \
+    'j["manifest"] == {"path": "'"$PAGES"'", "family": "qwen3-vl", "first_sample": 0, "samples": 1, "manifest_samples": 2, "text_only_samples": 0, "text_tokens": 64}'
+fi
+if plan_json "manifest text-only sample" --manifest "$PAGES" --sample 1 --cp 4; then
+  check "text-only sample: replicated, no media, finite zero loads" \
+    'j["path"] == "replicated" and j["no_media"] and j["media"] == 0 and j["units"] == 0 and j["imbalance"] == 1 and j["rank_costs"] == [0, 0, 0, 0] and all(r["share"] == 0 for r in j["ranks"])'
+  check "text-only sample: counted in the manifest object" \
+    'j["manifest"]["text_only_samples"] == 1 and j["manifest"]["text_tokens"] == 512'
+fi
+plan_json "manifest both samples, qwen2-vl" --manifest "$PAGES" --samples 2 --family qwen2-vl &&
+  check "both samples: the pages, one text-only, the family's cost model" \
+    'j["media"] == 3 and j["manifest"]["text_only_samples"] == 1 and "qwen2-vl" in j["cost_model"]'
+plan_json "dataset manifest" --manifest "$ROOT/examples/manifests/mantis.jsonl" --sample 2 --samples 3 &&
+  check "dataset manifest: images resized into media" 'j["media"] > 3 and not j["no_media"]'
+if "$BIN" plan --manifest "$PAGES" --sample 1 >"$TMP/text.txt" 2>"$TMP/err.txt" &&
+  grep -q '^path         replicated' "$TMP/text.txt" &&
+  grep -q 'no media in this batch (text-only samples)' "$TMP/text.txt" &&
+  grep -q 'manifest samples 1 to 1 of 2, 1 text-only, qwen3-vl processor' "$TMP/text.txt" &&
+  ! grep -qiw nan "$TMP/text.txt"; then
+  pass "text-only sample, human output: replicated, no media"
+else
+  fail "text-only sample, human output: replicated, no media"
+  cat "$TMP/text.txt" "$TMP/err.txt"
+fi
+expect_error "manifest beyond its end" "--sample 1 --samples 2: expected samples within the manifest's 2 (indices 0 to 1), got indices 1 to 2" \
+  --manifest "$PAGES" --sample 1 --samples 2
+expect_error "manifest and preset" "excludes" --manifest "$PAGES" --preset mixed
+expect_error "manifest and workload" "excludes" --manifest "$PAGES" --workload "$ENTRIES"
+expect_error "family without manifest" "--family requires --manifest" --family qwen2-vl
+echo '{"grid_thw": [[1, 3, 4]]}' >"$TMP/odd.jsonl"
+expect_error "bad manifest line" "odd.jsonl:1: grid_thw[0]: expected [t, h, w]" --manifest "$TMP/odd.jsonl"
+
+# ---------------------------------------------------------------- the mesh
+# plan --dp: replicas' batches over the dp x cp mesh; with policy auto each
+# step weighs the pooled plan against the CP-only one (issue 37).
+AUTO=(--distributed.multimodal.vision.frame_sharding.policy auto)
+if plan_json "mesh straggler" --dp 2 --cp 1 --manifest "$PAGES" "${AUTO[@]}"; then
+  check "mesh straggler: pooled, the text-only replica's rank encodes pages" \
+    'j["mode"] == "mesh" and j["weighed"] and j["gain"] > 0.3 and j["ranks"][1]["from_replicas"] == [0]'
+  check "mesh straggler: both predictions, the mesh's cheaper" \
+    'j["mesh_seconds"] < j["cp_only_seconds"] and j["route_bytes"]["cp_only"] == 0 and j["route_bytes"]["mesh"] > 0'
+fi
+if plan_json "mesh equal replicas" --dp 2 --cp 2 --workload "$ENTRIES" "${AUTO[@]}"; then
+  check "mesh equal replicas: CP-only, each replica on its own ranks" \
+    'j["mode"] == "cp-only" and all(r["from_replicas"] in ([r["replica"]], []) for r in j["ranks"])'
+fi
+plan_json "mesh threshold" --dp 2 --cp 2 --workload "$ENTRIES" &&
+  check "mesh threshold: always pooled, not weighed" 'j["mode"] == "mesh" and not j["weighed"]'
+if "$BIN" plan --dp 2 --cp 1 --manifest "$PAGES" "${AUTO[@]}" >"$TMP/mesh.txt" 2>"$TMP/err.txt" &&
+  grep -q '^step runs: mesh -- mesh: .* (gain 0\.[0-9]* >= mesh_min_gain 0\.05)' "$TMP/mesh.txt"; then
+  pass "mesh, human output: the choice and its reason"
+else
+  fail "mesh, human output: the choice and its reason"
+  cat "$TMP/mesh.txt" "$TMP/err.txt"
+fi
+expect_error "mesh min gain out of range" "mesh_min_gain: expected a number in [0, 1)" \
+  --dp 2 --distributed.multimodal.vision.frame_sharding.mesh_min_gain 1
+
 if "$BIN" plan --preset mixed --workload "$ENTRIES" >/dev/null 2>&1; then
   fail "--workload and --preset together are rejected"
 else

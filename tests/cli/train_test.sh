@@ -111,6 +111,25 @@ assert sh["mean_replica_gap_seconds"] >= 0 and "vision_cpu_time_ratio" in j, j
 PYEOF
 fi
 
+# 4b'. DP 3 x CP 2 (six rank processes), mesh_dims [dp, cp] with policy auto:
+#     losses equal the replicated arm's (each replica's vision on its own CP
+#     group, as [cp] runs it), and each step records the plan it chose.
+if run_cmd mesh_dp3 0 "$BIN" ab "$MESH_RECIPE" --data.scale 12 --train.steps 2 \
+    --distributed.dp_size 3 --distributed.cp_size 2 --json --plot "" \
+    --distributed.multimodal.vision.frame_sharding.policy auto \
+    --distributed.multimodal.vision.frame_sharding.cost_alpha quadratic:0,1e-3,0; then
+  "$PY" - "$TMP/mesh_dp3.out" <<'PYEOF2' || fail "mesh_dp3: JSON checks failed"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["loss_max_abs_diff"] <= 1e-5, j["loss_max_abs_diff"]
+sh = j["sharded"]
+assert len(sh["tower_rows_per_rank"]) == 6, sh["tower_rows_per_rank"]
+assert len(sh["mesh_mode"]) == 2 and set(sh["mesh_mode"]) <= {"mesh", "cp-only"}, sh["mesh_mode"]
+assert sh["mesh_steps"] + sh["cp_only_steps"] == 2, sh
+assert j["replicated"]["mesh_mode"] == ["", ""], j["replicated"]["mesh_mode"]
+PYEOF2
+fi
+
 # 4c. Issue 25's straggler, from the repository root with the recipe's
 #     relative path (its manifest is relative to it; the spawned ranks read
 #     the recipe from a temporary directory): replica 0 draws three pages,

@@ -157,6 +157,21 @@ if run split-toy 2 --nproc 2 --workload "$TMP/big.json" --scale 1 \
   expect_err split-toy 'split frames need a Qwen tower'
 fi
 
+# 8b. CP 8 (issue 37): eight rank processes, float64, the doc preset's
+# largest page cut over three ranks and a neighbour over two.
+if run cp8 0 --nproc 8 --tower qwen3-vl --dtype float64 --preset doc \
+  --json --distributed.multimodal.vision.frame_sharding.split_frames true; then
+  "$PY" - "$TMP/cp8.out" <<'EOF' || fail "cp8: checks"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["pass"] is True and j["nproc"] == 8, (j["pass"], j["nproc"])
+assert j["plan"]["split"] is True, j["plan"]
+assert len(j["plan"]["ranks"]) == 8
+d = j["max_abs_diff"]
+assert all(d[k] <= 1e-12 for k in ("embeddings", "deepstack", "gradients")), d
+EOF
+fi
+
 # 9. Bad input: non-zero exit and a message naming the problem.
 printf '{"grid_thw": [[1, 5, 4]]}' >"$TMP/odd.json"
 if run badgrid 2 --workload "$TMP/odd.json"; then

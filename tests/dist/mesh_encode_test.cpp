@@ -3,7 +3,8 @@
 // per-replica run -- each replica's frames through the tower in one
 // process -- whatever the mesh (DP 2 x CP 1, DP 2 x CP 2, DP 3 x CP 2), the
 // replicas' media counts, a text-only replica, split frames cut across
-// replicas, owner routing or the replicated path.
+// replicas, owner routing or the replicated path; with policy auto, each
+// call's choice between the mesh and the CP-only plan.
 //
 // Losses are rank-specific: mesh rank (q, k) -- replica q, cp rank k --
 // weighs the rows it receives with its own random weights (linear plus
@@ -53,6 +54,8 @@ struct MeshCase {
   /// pixel rows become a copy of the other's (equal shapes).
   std::vector<std::array<int, 4>> copies;
   bool dedup = false;  // MeshEncodeOptions::dedup, keys by frame_keys
+  double min_gain = kDefaultMeshMinGain;  // policy auto's per-step choice
+  std::vector<double> other_seconds;      // per mesh rank; empty: 0
 };
 
 struct MeshRankRun {
@@ -93,6 +96,10 @@ MeshRun run_mesh(const MeshCase& c) {
     o.dp = c.dp;
     o.cp = c.cp;
     o.plan = c.plan;
+    o.min_gain = c.min_gain;
+    if (!c.other_seconds.empty()) {
+      o.other_seconds = c.other_seconds[static_cast<size_t>(rank)];
+    }
     o.token_owner = problem.owners[q];
     MeshRankRun& r = run.ranks[rank];
     const at::Tensor grid = grid_to_tensor(c.replicas[q]);
@@ -405,6 +412,96 @@ TEST(MeshEncode, DedupWithoutRepeatsIsTheMeshWithoutDedup) {
     }
     EXPECT_EQ(a.ranks[m].tower_rows, b.ranks[m].tower_rows);
   }
+}
+
+// --- Policy auto: the per-step choice (mesh_plan.h) ------------------------
+
+MeshCase auto_case(int dp, int cp, std::vector<MeshGrid> replicas) {
+  MeshCase c;
+  c.dp = dp;
+  c.cp = cp;
+  c.replicas = std::move(replicas);
+  c.plan.policy.kind = PolicyKind::kAuto;
+  c.seed = 10;
+  return c;
+}
+
+TEST(MeshChoice, BalancedReplicasRunCpOnlyWithThePixelsStayingHome) {
+  const MeshGrid balanced = {{1, 8, 8}, {2, 4, 4}, {1, 8, 4}};
+  for (const bool owners : {false, true}) {
+    SCOPED_TRACE(owners ? "owners" : "all");
+    MeshCase c = auto_case(2, 2, {balanced, balanced});
+    c.owners = owners;
+    const MeshRun run = run_mesh(c);
+    const MeshPlan& mp = run.ranks[0].res.plan;
+    ASSERT_TRUE(mp.plan.sharded());
+    ASSERT_EQ(mp.mode, MeshMode::kCpOnly) << mp.choice.reason;
+    expect_mesh_parity(run, c);
+    for (int m = 0; m < 4; ++m) {
+      EXPECT_EQ(run.ranks[m].res.pixel_bytes_received, 0) << m;
+      // Metadata and outputs forward (no pixel exchange), outputs backward.
+      EXPECT_EQ(run.ranks[m].alltoalls_forward, 2) << m;
+      EXPECT_EQ(run.ranks[m].alltoalls_total, 3) << m;
+    }
+  }
+}
+
+TEST(MeshChoice, CpOnlyAtCp1MovesNoPayloadAndStillMatches) {
+  MeshCase c = auto_case(2, 1, {kMixedGrid, kMixedGrid});
+  const MeshRun run = run_mesh(c);
+  ASSERT_EQ(run.ranks[0].res.plan.mode, MeshMode::kCpOnly);
+  expect_mesh_parity(run, c);
+  for (int m = 0; m < 2; ++m) {
+    EXPECT_EQ(run.ranks[m].res.bytes_sent + run.ranks[m].res.bytes_received, 0);
+    EXPECT_EQ(run.ranks[m].alltoalls_total, 1) << "the metadata only";
+  }
+}
+
+TEST(MeshChoice, TheStragglerPoolsAndMatches) {
+  MeshCase c = auto_case(2, 1, {{{1, 8, 8}, {1, 8, 8}, {1, 8, 8}}, {}});
+  const MeshRun run = run_mesh(c);
+  const MeshPlan& mp = run.ranks[1].res.plan;
+  ASSERT_EQ(mp.mode, MeshMode::kMesh) << mp.choice.reason;
+  EXPECT_GT(mp.choice.gain(), 0.2);
+  EXPECT_FALSE(mp.plan.ranks[1].units.empty());
+  expect_mesh_parity(run, c);
+}
+
+TEST(MeshChoice, ALongTextStepOnTheLightReplicaKeepsItCpOnly) {
+  // The straggler again, but replica 1's rest of the step (10 s, told by
+  // one of its ranks) dwarfs replica 0's pages: pooling would make replica
+  // 0 wait for it, so the step stays CP-only -- and still matches.
+  MeshCase c = auto_case(2, 2, {{{1, 8, 8}, {1, 8, 8}, {1, 8, 8}}, {}});
+  c.other_seconds = {0.0, 0.0, 0.0, 10.0};
+  const MeshRun run = run_mesh(c);
+  const MeshPlan& mp = run.ranks[0].res.plan;
+  ASSERT_EQ(mp.mode, MeshMode::kCpOnly) << mp.choice.reason;
+  EXPECT_DOUBLE_EQ(mp.choice.mesh.other_seconds, 10.0);
+  EXPECT_DOUBLE_EQ(mp.choice.cp_only.other_seconds, 10.0);
+  expect_mesh_parity(run, c);
+}
+
+TEST(MeshChoice, CpOnlyWithSplitFramesAndWithDedupAcrossReplicasMatches) {
+  // One page per replica at CP 2: the CP-only plan cuts each over its own
+  // replica's ranks.
+  MeshCase split = auto_case(2, 2, {{{1, 32, 32}}, {{1, 32, 32}}});
+  split.plan.split.enabled = true;
+  split.plan.split.min_gain = 0.0;
+  split.frame_context = true;
+  const MeshRun run = run_mesh(split);
+  ASSERT_EQ(run.ranks[0].res.plan.mode, MeshMode::kCpOnly);
+  ASSERT_TRUE(run.ranks[0].res.plan.plan.split);
+  expect_mesh_parity(run, split);
+  // A GRPO group spread over two replicas, forced CP-only: a frame first
+  // used on replica 0 still reaches replica 1's uses (the output exchange
+  // stays, at CP 1 too).
+  MeshCase group = spread_group(2, 1);
+  group.plan.policy.kind = PolicyKind::kAuto;
+  group.min_gain = 0.99;
+  const MeshRun grun = run_mesh(group);
+  ASSERT_EQ(grun.ranks[0].res.plan.mode, MeshMode::kCpOnly);
+  expect_mesh_parity(grun, group);
+  EXPECT_GT(grun.ranks[1].res.bytes_received, 0);
 }
 
 }  // namespace

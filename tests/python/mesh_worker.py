@@ -103,6 +103,8 @@ def scenario_torch(rank, world, group, grids, config=SHARD_NO_FLOOR, owner=False
         "seen_rows": [s[0] for s in tower.seen],
         "replica_rows": int(pixel_values.shape[0]),
         "plan_world": plan[0].world,
+        "mesh_mode": plan[0].mesh.mode if plan[0].mesh is not None else None,
+        "mesh_gain": plan[0].mesh.gain if plan[0].mesh is not None else None,
     }
 
 
@@ -183,6 +185,13 @@ SCENARIOS = {
     # Above the thresholds' reach: the mesh replicates (each replica encodes its own batch).
     "torch_replicated": lambda r, w, g: scenario_torch(
         r, w, g, [TORCH_GRID, []], frameshard.FrameShardingConfig(enabled=True)
+    ),
+    # Policy auto: equal batches stay on their own replica's ranks; the straggler pools.
+    "torch_auto_equal": lambda r, w, g: scenario_torch(
+        r, w, g, [TORCH_GRID, TORCH_GRID], dataclasses.replace(SHARD_NO_FLOOR, policy="auto")
+    ),
+    "torch_auto_text_only": lambda r, w, g: scenario_torch(
+        r, w, g, [TORCH_GRID, []], dataclasses.replace(SHARD_NO_FLOOR, policy="auto")
     ),
     "hf_qwen3_vl": lambda r, w, g: scenario_hf("qwen3_vl", r, w, g),
     "errors": scenario_errors,

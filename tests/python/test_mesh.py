@@ -66,6 +66,24 @@ def test_the_replicated_mesh_path_gives_a_text_only_replica_none(world_results):
         assert res["seen_rows"] == ([] if text_only else [res["replica_rows"]]), (rank, res)
 
 
+def test_policy_auto_keeps_equal_batches_on_their_own_replicas_ranks(world_results):
+    world, per_rank = scenario(world_results, "torch_auto_equal")
+    assert_parity(world, "mesh auto, equal batches", per_rank, RTOL_TORCH)
+    cp = world // 2
+    for rank, res in enumerate(per_rank):
+        assert res["mesh_mode"] == "cp-only", (rank, res)
+        # Each replica's rows stay on its own cp ranks.
+        assert sum(r["seen_rows"][0] for r in per_rank[rank // cp * cp :][:cp]) == res["replica_rows"], per_rank
+
+
+def test_policy_auto_pools_a_straggler_over_the_mesh(world_results):
+    world, per_rank = scenario(world_results, "torch_auto_text_only")
+    assert_parity(world, "mesh auto, straggler", per_rank, RTOL_TORCH)
+    assert all(r["mesh_mode"] == "mesh" and r["mesh_gain"] > 0.05 for r in per_rank), per_rank
+    for rank, res in enumerate(per_rank[world // 2 :], start=world // 2):
+        assert res["seen_rows"][0] > 0, (rank, res)  # the text-only replica encodes frames
+
+
 def test_hf_enable_with_a_mesh_and_a_text_only_replica(world_results):
     world, per_rank = scenario(world_results, "hf_qwen3_vl")
     assert_parity(world, "mesh hf qwen3_vl", per_rank, RTOL_HF)

@@ -2,6 +2,7 @@
 // synthetic batches (deterministic, different per step and DP rank, the
 // layout and label rules), the JSONL manifest reader and its errors, and
 // packed manifest steps.
+#include <frameshard/media_manifest.h>
 #include <frameshard/train/data_batch.h>
 #include <frameshard/train/train_config.h>
 #include <frameshard/workload.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -309,6 +311,53 @@ TEST(Manifest, LoadManifestNamesTheFile) {
       error_of([&] { load_manifest("/nonexistent/s.jsonl", kLayout); }),
       "frameshard::train::load_manifest: expected a readable JSONL manifest, "
       "got /nonexistent/s.jsonl");
+}
+
+// analyze and plan --manifest read the training manifest with the dataset
+// reader (frameshard/media_manifest.h): both must read every training line
+// alike, text-only samples included, and refuse a bad grid_thw or
+// text_tokens with the same words.
+TEST(Manifest, TheDatasetReaderReadsEveryTrainingLineAlike) {
+  const ProcessorRule& rule = processor_rule("qwen2-vl");  // merge 2
+  ASSERT_EQ(rule.merge_size, kLayout.spatial_merge_size);
+  const std::string dir = std::string(FRAMESHARD_SOURCE_DIR) + "/examples/";
+  std::string lines =
+      "{\"grid_thw\": [], \"text_tokens\": 512}\n"
+      "{\"grid_thw\": []}\n"
+      "{\"grid_thw\": [[1, 28, 28], [4, 16, 16]], \"text_tokens\": 40}\n"
+      "{\"grid_thw\": [[2, 4, 6]], \"text_tokens\": [0, 7]}\n";
+  for (const char* file :
+       {"recipes/pages_or_text.jsonl", "recipes/shapes.jsonl"}) {
+    std::ifstream in(dir + file);
+    ASSERT_TRUE(in.good()) << dir + file;
+    lines += std::string(
+                 std::istreambuf_iterator<char>(in),
+                 std::istreambuf_iterator<char>()) +
+             "\n";
+  }
+  const std::vector<ManifestSample> train = parse_manifest(lines, kLayout);
+  const std::vector<MediaSample> dataset = parse_media_manifest(lines, rule);
+  ASSERT_EQ(train.size(), dataset.size());
+  for (std::size_t i = 0; i < train.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(train[i].grid, dataset[i].grid);
+    EXPECT_EQ(train[i].text_runs, dataset[i].text_runs);
+    EXPECT_EQ(train[i].grid.empty(), dataset[i].text_only());
+  }
+  EXPECT_TRUE(dataset[0].text_only());
+  for (const char* bad :
+       {"{\"grid_thw\": [[1, 27, 28]]}",
+        "{\"grid_thw\": 5}",
+        "{\"grid_thw\": [[1, 4, 4]], \"text_tokens\": [1, -2]}"}) {
+    SCOPED_TRACE(bad);
+    const std::string t = error_of([&] { parse_manifest(bad, kLayout); });
+    const std::string d = error_of([&] { parse_media_manifest(bad, rule); });
+    const std::string train_fn = "frameshard::train::parse_manifest: ";
+    const std::string dataset_fn = "frameshard::load_media_manifest: ";
+    ASSERT_EQ(t.rfind(train_fn, 0), 0u) << t;
+    ASSERT_EQ(d.rfind(dataset_fn, 0), 0u) << d;
+    EXPECT_EQ(t.substr(train_fn.size()), d.substr(dataset_fn.size()));
+  }
 }
 
 // One medium of (1, 2, 2k) per sample k, so the grid tells which samples a

@@ -4,7 +4,9 @@
 // exactly like mesh_dims [cp] (each replica's vision on its own CP group)
 // and like the replicated arm -- losses, every parameter gradient and the
 // parameters after the optimizer's steps, float64 -- at DP 2 x CP 1 and
-// DP 2 x CP 2, with owner routing too; a replica whose batch is text-only
+// DP 2 x CP 2 and DP 3 x CP 2, with owner routing too, and policy auto's
+// per-step choice of the mesh or the CP-only plan; a replica whose batch is
+// text-only
 // joins every collective (a hang would end the process: run_ranks'
 // hang_limit) on the sharded and the replicated mesh path.
 #include <frameshard/runtime/process_group.h>
@@ -48,6 +50,7 @@ struct MeshArm {
   std::vector<std::map<std::string, at::Tensor>> params;
   std::vector<int64_t> tower_rows;  // per rank, step 0
   std::vector<std::string> paths;   // per rank, step 0
+  std::vector<std::string> modes;   // per rank, step 0: mesh, cp-only or ""
 };
 
 MeshArm run_mesh_arm(const train::TrainConfig& c, bool sharded) {
@@ -58,6 +61,7 @@ MeshArm run_mesh_arm(const train::TrainConfig& c, bool sharded) {
   res.params.resize(static_cast<size_t>(world));
   res.tower_rows.resize(static_cast<size_t>(world));
   res.paths.resize(static_cast<size_t>(world));
+  res.modes.resize(static_cast<size_t>(world));
   // The CP subgroups rendezvous over their own store.
   auto store = c10::make_intrusive<c10d::HashStore>();
   store->setTimeout(std::chrono::seconds(20));
@@ -74,6 +78,7 @@ MeshArm run_mesh_arm(const train::TrainConfig& c, bool sharded) {
         testing::RankRun run = testing::run_steps(t, c.train.steps);
         res.tower_rows[r] = run.first.tower_rows;
         res.paths[r] = run.first.plan_path;
+        res.modes[r] = run.first.mesh_mode;
         if (rank == 0) {
           res.grads = std::move(run.grads);
           res.losses = std::move(run.losses);
@@ -146,6 +151,17 @@ TEST(MeshTrainer, Dp2Cp2TrainsLikeCpOnlyAndLikeTheReplicatedArm) {
   EXPECT_NE(mesh.tower_rows, cp_only.tower_rows);
 }
 
+TEST(MeshTrainer, Dp3Cp2TrainsLikeCpOnly) {
+  // Six ranks: three replicas of CP 2, each its own batch.
+  const MeshArm cp_only = run_mesh_arm(mesh_config(3, 2, kCpOnly), true);
+  const MeshArm mesh = run_mesh_arm(mesh_config(3, 2, kMesh), true);
+  expect_same_training(mesh, cp_only);
+  EXPECT_EQ(mesh.paths, (std::vector<std::string>(6, "sharded")));
+  EXPECT_EQ(mesh.modes, (std::vector<std::string>(6, "mesh")));
+  EXPECT_EQ(cp_only.modes, (std::vector<std::string>(6, "")));
+  EXPECT_EQ(sum(mesh.tower_rows), sum(cp_only.tower_rows));
+}
+
 TEST(MeshTrainer, OwnerRoutedMeshTrainsLikeCpOnlyGatherAll) {
   // gather: owner on the mesh: each row goes only to the CP rank of its
   // replica whose sequence chunks hold it (the replica's token_owner).
@@ -208,6 +224,31 @@ TEST(MeshTrainer, ATextOnlyReplicaJoinsEveryCollectiveAndTrainsAlike) {
     EXPECT_EQ(replicated.tower_rows[static_cast<size_t>(cp)], 0);
     expect_same_training(replicated, cp_only);
   }
+}
+
+TEST(MeshTrainer, PolicyAutoChoosesEachStepsPlanAndTrainsLikeCpOnly) {
+  // The straggler (replica 1 text-only) pools; a min gain no step reaches
+  // keeps every replica's frames on its own ranks. Both train as [cp].
+  testing::TemporaryDirectory dir;
+  const MeshArm cp_only =
+      run_mesh_arm(text_only_replica_config(dir, 2, kCpOnly), true);
+  auto c = text_only_replica_config(dir, 2, kMesh);
+  c.parallel.frame_sharding.policy = "auto";
+  // Seconds as a GPU-sized tower takes them (1 ms a patch row), so that
+  // the tower, not the traffic, is what the choice weighs.
+  c.parallel.frame_sharding.cost_alpha = "quadratic:0,1e-3,0";
+  const MeshArm pooled = run_mesh_arm(c, true);
+  EXPECT_EQ(pooled.modes, (std::vector<std::string>(4, "mesh")));
+  EXPECT_GT(pooled.tower_rows[2], 0) << "the text-only replica encodes";
+  expect_same_training(pooled, cp_only);
+  c.parallel.frame_sharding.mesh_min_gain = 0.99;
+  const MeshArm kept = run_mesh_arm(c, true);
+  EXPECT_EQ(kept.modes, (std::vector<std::string>(4, "cp-only")));
+  // A CP-only step runs over the CP groups, as mesh_dims [cp] does: the
+  // same rows per rank, and the text-only replica runs no tower (through
+  // the mesh's routes its ranks would encode a dummy frame).
+  EXPECT_EQ(kept.tower_rows, cp_only.tower_rows);
+  expect_same_training(kept, cp_only);
 }
 
 }  // namespace

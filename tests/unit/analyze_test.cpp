@@ -55,6 +55,41 @@ TEST(AnalyzeBatches, NothingShardsGivesOne) {
   EXPECT_DOUBLE_EQ(a.rows[0].methods[0].imbalance, 2.0);
 }
 
+TEST(AnalyzeBatches, BatchesWithoutMediaAddNoCostAndCountAsNotSharded) {
+  // The middle batch is text-only samples: no media, nothing to encode.
+  const WorkloadAnalysis a =
+      analyze_batches({{{4, 32, 32}}, {}, {{1, 32, 32}}}, options({2}));
+  EXPECT_EQ(a.batches, 3);
+  EXPECT_EQ(a.batches_without_media, 1);
+  EXPECT_EQ(a.frame_units, 5);
+  const MethodSummary& m = a.rows[0].methods[0];
+  EXPECT_DOUBLE_EQ(m.shard_share, 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(m.speedup, 5.0 / 3.0);  // as without the empty batch
+  EXPECT_DOUBLE_EQ(m.imbalance, 1.0);
+}
+
+TEST(AnalyzeBatches, ImbalanceWithoutShardingIsOverTheBatchesWithMedia) {
+  AnalyzeOptions o = options({8});
+  o.plan.policy.min_frames = 100;
+  // 4 frames on 8 ranks: 2; the text-only batch does not pull it to 1.5.
+  const WorkloadAnalysis a = analyze_batches({{{4, 32, 32}}, {}}, o);
+  EXPECT_DOUBLE_EQ(a.rows[0].methods[0].imbalance, 2.0);
+}
+
+TEST(AnalyzeBatches, OnlyTextOnlyBatchesGiveOnesNotNan) {
+  const WorkloadAnalysis a = analyze_batches({{}, {}}, options({2, 4}));
+  EXPECT_EQ(a.batches_without_media, 2);
+  EXPECT_EQ(a.frame_units, 0);
+  for (const CpSummary& row : a.rows) {
+    const MethodSummary& m = row.methods[0];
+    EXPECT_DOUBLE_EQ(m.shard_share, 0.0);
+    EXPECT_DOUBLE_EQ(m.speedup, 1.0);
+    EXPECT_DOUBLE_EQ(m.speedup_gather, 1.0);
+    EXPECT_DOUBLE_EQ(m.imbalance, 1.0);
+    EXPECT_DOUBLE_EQ(m.gather_mb, 0.0);
+  }
+}
+
 TEST(AnalyzeBatches, RejectsNoBatchesAndBadCp) {
   testing::expect_contains(
       testing::error_of([] { analyze_batches({}, options({2})); }),

@@ -55,6 +55,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(x.policy, y.policy);
   EXPECT_DOUBLE_EQ(x.gather_bandwidth_gbps, y.gather_bandwidth_gbps);
   EXPECT_EQ(x.dedup, y.dedup);
+  EXPECT_EQ(x.mesh_min_gain, y.mesh_min_gain);
 }
 
 // ---------------------------------------------------------------- defaults
@@ -269,7 +270,7 @@ TEST(Config, RejectsUnknownKeysWithFullPathAndAllowedKeys) {
       "(enabled, mesh_dims, min_tokens, min_frames, min_local_patch_rows, "
       "cost_alpha, partitioner, gather, split_frames, split_exchange_cost, "
       "split_min_gain, split_exchange_latency_us, tower, policy, "
-      "gather_bandwidth_gbps, dedup)");
+      "gather_bandwidth_gbps, dedup, mesh_min_gain)");
 
   msg = error_of(
       [] { parse_config("distributed:\n  multimodal:\n    audio: {}\n"); });
@@ -297,7 +298,8 @@ TEST(Config, FrameShardingKeysAreTheSchemasKeysInDeclarationOrder) {
           "tower",
           "policy",
           "gather_bandwidth_gbps",
-          "dedup"}));
+          "dedup",
+          "mesh_min_gain"}));
   // Each one is a key an override accepts (the schema, not a second list).
   for (const std::string& key : keys) {
     Config c;
@@ -436,6 +438,7 @@ TEST(Config, ToYamlRoundTrips) {
   configs[3].frame_sharding.split_exchange_cost = 0;
   configs[3].frame_sharding.split_min_gain = 0.125;
   configs[2].frame_sharding.split_min_gain = 0.1;  // not exact in binary
+  configs[2].frame_sharding.mesh_min_gain = 0.3;   // nor this
   configs[2].frame_sharding.cost_alpha = "quadratic:1,2.5,0";
   configs[2].frame_sharding.partitioner = "count";
   configs[3].frame_sharding.cost_alpha = "automodel:qwen3.5";

@@ -231,6 +231,244 @@ TEST(MeshPlan, NeverWorseThanTheSlowestReplicasCpPlan) {
   }
 }
 
+// --- The per-step choice (policy auto) and the CP-only plan ---------------
+
+MeshPlanOptions auto_mesh(int64_t dp, int64_t cp, bool split = false) {
+  MeshPlanOptions o = mesh(dp, cp, split);
+  o.plan.policy.kind = PolicyKind::kAuto;
+  return o;
+}
+
+// Three document pages on replica 0, text only on replica 1 (issue 25's
+// straggler).
+const std::vector<Grid> kStraggler = {
+    {{1, 64, 64}, {1, 64, 64}, {1, 64, 64}}, {}};
+
+TEST(BlockedPlan, KeepsEachBlockOnItsOwnRanksAndPartitionsItAlone) {
+  const Grid grid = {{1, 16, 16}, {4, 8, 8}, {1, 32, 32}, {2, 8, 12}};
+  PlanOptions o = mesh(1, 1).plan;
+  o.world = 4;
+  const ShardPlan p = make_blocked_plan(grid, o, {0, 5, 8}, "blocks");
+  ASSERT_TRUE(p.sharded());
+  EXPECT_EQ(p.reason, "blocks");
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t u : p.ranks[r].units) {
+      EXPECT_EQ(u < 5, r < 2) << "unit " << u << " on rank " << r;
+    }
+  }
+  PlanOptions half = o;
+  half.world = 2;
+  const ShardPlan first = make_plan({grid[0], grid[1]}, half);
+  EXPECT_EQ(p.partition.rank_costs[0], first.partition.rank_costs[0]);
+  EXPECT_EQ(p.partition.rank_costs[1], first.partition.rank_costs[1]);
+  EXPECT_EQ(
+      std::accumulate(p.gather_counts.begin(), p.gather_counts.end(), 0LL),
+      p.frames.total_tokens);
+}
+
+TEST(BlockedPlan, GivesTheRanksOfAnEmptyBlockADummyFrame) {
+  PlanOptions o = mesh(1, 1).plan;
+  o.world = 4;
+  const ShardPlan p =
+      make_blocked_plan({{1, 16, 16}, {1, 8, 8}}, o, {0, 2, 2}, "");
+  EXPECT_EQ(p.ranks[2].dummy_frames, 1);
+  EXPECT_EQ(p.ranks[3].dummy_frames, 1);
+  EXPECT_EQ(p.ranks[2].real_tokens, 0);
+  EXPECT_EQ(p.ranks[0].dummy_frames + p.ranks[1].dummy_frames, 0);
+}
+
+TEST(BlockedPlan, CutsAPageOnlyAcrossItsOwnBlocksRanks) {
+  PlanOptions o = mesh(1, 1, true).plan;
+  o.world = 4;
+  const ShardPlan p =
+      make_blocked_plan({{1, 64, 64}, {1, 8, 8}}, o, {0, 1, 2}, "");
+  ASSERT_TRUE(p.split);
+  EXPECT_EQ(p.ranks[0].units, (Ints{0}));
+  EXPECT_EQ(p.ranks[1].units, (Ints{0}));
+  for (int64_t r = 2; r < 4; ++r) {
+    for (int64_t u : p.ranks[r].units) {
+      EXPECT_EQ(u, 1) << "rank " << r;
+    }
+  }
+}
+
+TEST(BlockedPlan, RefusesBlocksThatCutAMediaItemOrTheWorld) {
+  PlanOptions o = mesh(1, 1).plan;
+  o.world = 4;
+  expect_contains(
+      error_of([&] {
+        make_blocked_plan({{4, 8, 8}}, o, {0, 2, 4}, "");
+      }),
+      "frameshard::make_blocked_plan: expected block offsets on media "
+      "boundaries, got unit 2 inside grid row 0");
+  expect_contains(
+      error_of([&] {
+        make_blocked_plan({{1, 8, 8}}, o, {0, 1, 1, 1}, "");
+      }),
+      "expected options.world a multiple of the 3 blocks, got 4");
+}
+
+TEST(MeshChoice, PoolsTheStragglerAndSaysWhy) {
+  const MeshPlan mp = make_mesh_plan(kStraggler, auto_mesh(2, 1));
+  ASSERT_TRUE(mp.choice.weighed);
+  EXPECT_EQ(mp.mode, MeshMode::kMesh);
+  EXPECT_GT(mp.choice.gain(), 0.25);
+  EXPECT_LT(mp.choice.mesh.total(), mp.choice.cp_only.total());
+  expect_contains(mp.choice.reason, "mesh: ");
+  expect_contains(mp.choice.reason, ">= mesh_min_gain 0.05)");
+  expect_routes_deliver(mp);
+}
+
+TEST(MeshChoice, KeepsBalancedReplicasOnTheirOwnRanks) {
+  // Equal replicas: pooling only adds traffic.
+  const std::vector<Grid> replicas = {
+      {{1, 32, 32}, {1, 16, 16}, {1, 32, 32}},
+      {{1, 32, 32}, {1, 32, 32}, {1, 16, 16}}};
+  const MeshPlan mp = make_mesh_plan(replicas, auto_mesh(2, 2));
+  ASSERT_TRUE(mp.choice.weighed);
+  EXPECT_EQ(mp.mode, MeshMode::kCpOnly);
+  EXPECT_EQ(to_string(mp.mode), "cp-only");
+  expect_contains(mp.plan.reason, "cp-only: ");
+  EXPECT_EQ(mp.plan.reason, mp.choice.reason);
+  EXPECT_EQ(mp.plan.fingerprint, recompute_fingerprint(mp.plan));
+  // Each replica's units on its own ranks; pixels never leave a replica.
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t u : mp.plan.ranks[r].units) {
+      EXPECT_EQ(mp.replica_of_unit(u), mp.replica_of_rank(r));
+    }
+    const MeshPixelRoute px = mesh_pixel_route(mp, r);
+    for (int64_t s = 0; s < 4; ++s) {
+      EXPECT_EQ(px.recv_counts[s] > 0, s == r && px.recv_counts[r] > 0);
+    }
+  }
+  expect_routes_deliver(mp);
+  // The same batch under the threshold policy pools, as before.
+  const MeshPlan pooled = make_mesh_plan(replicas, mesh(2, 2));
+  EXPECT_FALSE(pooled.choice.weighed);
+  EXPECT_EQ(pooled.mode, MeshMode::kMesh);
+}
+
+TEST(MeshChoice, AtCp1TheCpOnlyPlanMovesNoBytes) {
+  const std::vector<Grid> replicas = {{{1, 32, 32}}, {{1, 32, 32}}};
+  const MeshPlan mp = make_mesh_plan(replicas, auto_mesh(2, 1));
+  ASSERT_EQ(mp.mode, MeshMode::kCpOnly);
+  EXPECT_EQ(mp.choice.cp_only.route_bytes, 0);
+  EXPECT_DOUBLE_EQ(mp.choice.cp_only.route_seconds, 0.0);
+}
+
+TEST(MeshChoice, PredictsTheBytesTheSlowestRankReceives) {
+  // DP 2 x CP 1, whole frames: rank 1 receives its units' pixel rows from
+  // replica 0, and rank 0 the tokens rank 1 encoded.
+  MeshPlanOptions o = auto_mesh(2, 1);
+  o.pixel_row_bytes = 100;
+  o.plan.policy.gather_row_bytes = 1000;
+  const MeshPlan mp = make_mesh_plan(kStraggler, o);
+  ASSERT_EQ(mp.mode, MeshMode::kMesh);
+  const RankShard& r1 = mp.plan.ranks[1];
+  const int64_t want =
+      std::max(r1.real_patch_rows * 100, r1.real_tokens * 1000);
+  EXPECT_EQ(mp.choice.mesh.route_bytes, want);
+  EXPECT_DOUBLE_EQ(
+      mp.choice.mesh.route_seconds,
+      static_cast<double>(want) / (o.plan.policy.gather_bandwidth_gbps * 1e9));
+  EXPECT_DOUBLE_EQ(
+      mp.choice.mesh.compute_seconds,
+      mp.plan.partition.max_cost() * mp.plan.options.cost.seconds_per_unit);
+}
+
+TEST(MeshChoice, TheRestOfTheStepCanMakeTheMeshLose) {
+  // Replica 0 has three pages, replica 1 text only but a language-model
+  // step as long as replica 0's pages. Each replica on its own, the step
+  // takes V; pooled, the replicas wait for each other: V / 2 + V.
+  MeshPlanOptions o = auto_mesh(2, 1);
+  const MeshPlan alone = make_mesh_plan(kStraggler, o);
+  ASSERT_EQ(alone.mode, MeshMode::kMesh);
+  const double v = alone.choice.cp_only.compute_seconds;
+  o.replica_other_seconds = {0.0, v};
+  const MeshPlan mp = make_mesh_plan(kStraggler, o);
+  EXPECT_EQ(mp.mode, MeshMode::kCpOnly) << mp.choice.reason;
+  EXPECT_DOUBLE_EQ(mp.choice.mesh.other_seconds, v);
+  EXPECT_DOUBLE_EQ(mp.choice.cp_only.total(), v);
+  EXPECT_GT(mp.choice.mesh.total(), 1.4 * v);
+  // The long step on the replica with the pages instead: pooling still
+  // pays, by the same seconds as without it.
+  o.replica_other_seconds = {v, 0.0};
+  const MeshPlan pooled = make_mesh_plan(kStraggler, o);
+  EXPECT_EQ(pooled.mode, MeshMode::kMesh);
+  EXPECT_NEAR(
+      pooled.choice.cp_only.total() - pooled.choice.mesh.total(),
+      alone.choice.cp_only.total() - alone.choice.mesh.total(),
+      1e-12);
+  o.replica_other_seconds = {v};
+  expect_contains(
+      error_of([&] { make_mesh_plan(kStraggler, o); }),
+      "expected options.replica_other_seconds empty or one per replica (2), "
+      "got 1");
+}
+
+TEST(MeshChoice, EveryExchangeOfTheRoutesCostsTheLatency) {
+  // The pooled plan adds two exchanges (pixels, outputs); the CP-only plan
+  // one at cp > 1 (its gather) and none at cp 1.
+  for (int64_t cp : {1, 2}) {
+    MeshPlanOptions o = auto_mesh(2, cp);
+    const MeshPlan base = make_mesh_plan(kStraggler, o);
+    o.exchange_latency_seconds = 0.25;
+    const MeshPlan slow = make_mesh_plan(kStraggler, o);
+    EXPECT_DOUBLE_EQ(
+        slow.choice.mesh.route_seconds - base.choice.mesh.route_seconds, 0.5);
+    EXPECT_DOUBLE_EQ(
+        slow.choice.cp_only.route_seconds - base.choice.cp_only.route_seconds,
+        cp > 1 ? 0.25 : 0.0);
+  }
+}
+
+TEST(MeshChoice, MinGainIsTheLine) {
+  const std::vector<Grid> replicas = {
+      {{1, 32, 32}, {1, 32, 32}, {1, 32, 32}}, {{1, 32, 32}}};
+  MeshPlanOptions o = auto_mesh(2, 1);
+  const double gain = make_mesh_plan(replicas, o).choice.gain();
+  ASSERT_GT(gain, 0.1);
+  o.min_gain = gain - 1e-3;
+  EXPECT_EQ(make_mesh_plan(replicas, o).mode, MeshMode::kMesh);
+  o.min_gain = gain + 1e-3;
+  EXPECT_EQ(make_mesh_plan(replicas, o).mode, MeshMode::kCpOnly);
+  o.min_gain = 1.0;
+  expect_contains(
+      error_of([&] { make_mesh_plan(replicas, o); }),
+      "expected options.min_gain (mesh_min_gain) in [0, 1), got 1");
+}
+
+TEST(MeshChoice, TheCpOnlyPlanCutsPagesWithinAReplica) {
+  // Equal replicas of one page each at CP 2: the CP-only plan splits each
+  // page over its own replica's two ranks.
+  const std::vector<Grid> replicas = {{{1, 64, 64}}, {{1, 64, 64}}};
+  const MeshPlan mp = make_mesh_plan(replicas, auto_mesh(2, 2, true));
+  ASSERT_EQ(mp.mode, MeshMode::kCpOnly);
+  ASSERT_TRUE(mp.plan.split);
+  EXPECT_EQ(mp.plan.ranks[1].units, (Ints{0}));
+  EXPECT_EQ(mp.plan.ranks[2].units, (Ints{1}));
+  expect_routes_deliver(mp);
+}
+
+TEST(MeshChoice, WithDedupBlocksFollowTheReplicaOfFirstUse) {
+  // The same page in both replicas, plus one of replica 1's own: the
+  // CP-only plan encodes the shared page on replica 0's rank.
+  const std::vector<Grid> replicas = {
+      {{1, 32, 32}}, {{1, 32, 32}, {1, 32, 32}}};
+  const std::vector<std::vector<UnitKey>> keys = {{{1, 1}}, {{1, 1}, {2, 2}}};
+  const MeshPlan mp = make_mesh_plan(replicas, auto_mesh(2, 1), keys);
+  ASSERT_FALSE(mp.dedup.identity());
+  ASSERT_TRUE(mp.choice.weighed);
+  if (mp.mode == MeshMode::kCpOnly) {
+    EXPECT_EQ(mp.plan.ranks[0].units, (Ints{0}));
+    EXPECT_EQ(mp.plan.ranks[1].units, (Ints{1}));
+  }
+  // Either way the CP-only prediction counts the shared page's trip to
+  // replica 1, the critical replica (its own page and that trip): 256
+  // tokens of 8192 bytes.
+  EXPECT_EQ(mp.choice.cp_only.route_bytes, 256 * 8192);
+}
+
 TEST(MeshPlan, ErrorsNameTheReplicaAndTheField) {
   expect_contains(
       error_of([] {

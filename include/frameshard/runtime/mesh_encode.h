@@ -14,7 +14,10 @@
 //      width, owner map, mesh shape, option fingerprint and local-check
 //      error; a bad input or a disagreement raises the same error on every
 //      rank before any payload moves;
-//   b. the mesh plan (make_mesh_plan), the same on every rank;
+//   b. the mesh plan (make_mesh_plan), the same on every rank; with
+//      policy auto, the pooled plan or the CP-only one (each replica's
+//      frames over its own cp ranks), whichever the step's prediction
+//      favours by min_gain (frameshard/mesh_plan.h, MeshPlan::mode);
 //   c. pixel rows to the ranks that encode them: ONE all-to-all
 //      (mesh_pixel_route), then floor and dummy zero frames as encode
 //      appends them;
@@ -25,7 +28,10 @@
 //   f. outputs to their replica's ranks: ONE all-to-all (mesh_output_route),
 //      fused along the feature dim, back into this replica's token order.
 // Sharded path per call: 2 all-gathers and 3 all-to-alls forward, 1
-// all-to-all backward (plus, with split frames, the piece exchange's
+// all-to-all backward (the CP-only plan skips the pixel all-to-all, whose
+// rows never leave their replica, and at cp 1 without frames shared across
+// replicas the output all-to-all and its backward too: every rank knows it
+// from the plan) (plus, with split frames, the piece exchange's
 // all-gather and all-to-all per full-attention layer, and its backward).
 // Replicated path (policy below its thresholds, sharding off, dp * cp == 1
 // or no media on any replica): the metadata exchange and the consensus
@@ -95,6 +101,27 @@ struct MeshEncodeOptions {
   int64_t cp = 1;
   /// Everything but the world, which is dp * cp.
   PlanOptions plan;
+  /// With plan.policy.kind auto: the per-step choice's line
+  /// (MeshPlanOptions::min_gain, frameshard/mesh_plan.h).
+  double min_gain = kDefaultMeshMinGain;
+  /// With policy auto: this rank's predicted seconds of the rest of its
+  /// step (the language model's forward and backward), finite and >= 0;
+  /// each replica's slowest cp rank's becomes its other_q in the choice
+  /// (MeshPlanOptions::replica_other_seconds). 0 everywhere: the choice
+  /// weighs the vision alone. Ranks may differ.
+  double other_seconds = 0.0;
+  /// MeshPlanOptions::exchange_latency_seconds (frame_sharding.
+  /// split_exchange_latency_us * 1e-6); ranks must agree.
+  double exchange_latency_seconds = 0.0;
+  /// This replica's CP group (cp ranks, this rank at cp rank rank % cp),
+  /// or null. With it, a step whose choice is CP-only runs
+  /// frameshard::encode over it -- exactly mesh_dims [cp]'s step, the
+  /// replicas meeting in no collective after the metadata exchange (and a
+  /// failure inside one replica's encode raising on that replica's ranks,
+  /// as on the CP path). Without it, the CP-only plan runs through the
+  /// mesh's routes, whose collectives join every replica. Ranks must agree
+  /// on passing one.
+  ProcessGroupPtr cp_group;
   /// Whether the tower has trainable parameters (has_trainable_parameters
   /// in frameshard/tower.h): then the caller's gradient all-reduce must
   /// span the whole mesh (see the banner). Ranks must agree on it.
@@ -129,6 +156,8 @@ struct MeshEncodeResult {
   int64_t bytes_received = 0;
   int64_t pixel_bytes_sent = 0;
   int64_t pixel_bytes_received = 0;
+  /// A CP-only step over cp_group: this replica's dedup (EncodeResult).
+  FrameDedup dedup;
 };
 
 /// Collective; see the banner. `pixel_values` is this replica's

@@ -12,7 +12,11 @@
 //      the world group instead: the frames of every replica's batch are
 //      balanced over all dp * cp ranks and each rank gets its own
 //      replica's rows back (frameshard/runtime/mesh_encode.h); a replica
-//      whose batch is text-only still joins every collective. A text-only
+//      whose batch is text-only still joins every collective. With
+//      policy auto each step weighs that pooled plan against the CP-only
+//      one (frameshard/mesh_plan.h), telling encode_mesh its predicted
+//      rest of the step: the last step's decoder seconds per sequence
+//      position times this batch's length. A text-only
 //      batch on the CP path skips the tower on every rank of its group.
 //      With frame_sharding.dedup the sharded arm hashes each frame unit's
 //      pixel rows (frameshard/runtime/frame_keys.h) and encodes each
@@ -108,6 +112,12 @@ struct StepMetrics {
   int64_t frames_distinct = 0;
   int64_t rows_total = 0;
   int64_t rows_distinct = 0;
+  // A sharded step over the dp x cp mesh: the plan it ran ("mesh" or
+  // "cp-only", frameshard/mesh_plan.h MeshMode; "" off the mesh or on its
+  // replicated path) and, with policy auto, the predicted gain of the mesh
+  // over the CP-only plan (1 - mesh / cp-only; 0 when not weighed).
+  std::string mesh_mode;
+  double mesh_gain = 0.0;
 };
 
 class Trainer {

@@ -257,6 +257,23 @@ TEST_P(PieceFamilyTest, SplitFramesRoutedToOwnersMatchReplicated) {
   }
 }
 
+// CP 8 (the seed's second document: nothing covered it): Qwen3-VL, whose
+// DeepStack outputs travel with the last layer's, in float64 over eight
+// thread ranks -- whole frames (more ranks than some batches have frames:
+// dummies), then a page split over all eight ranks next to whole frames.
+TEST(QwenCp8, EightRanksMatchReplicatedFloat64WholeAndSplit) {
+  const auto cfg = tiny_config(QwenFamily::kQwen3VL);
+  const auto whole = sharded_parity(cfg, kMixed, 8, 80);
+  ASSERT_TRUE(whole.report.plan.sharded());
+  EXPECT_LE(whole.report.max_output_diff(), 1e-12);
+  EXPECT_LE(
+      whole.report.max_gradient_diff(),
+      1e-12 * std::max(1.0, whole.report.gradient_scale()));
+  ASSERT_TRUE(whole.report.slice_only_diff.has_value());
+  EXPECT_GT(*whole.report.slice_only_diff, 1e-3);
+  expect_split_parity(cfg, {{1, 4, 4}, {1, 32, 16}, {2, 4, 4}}, 8, 81);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Families,
     QwenFamilyTest,
