@@ -192,6 +192,7 @@ struct MeshPlan {
   /// The replica a pooled token row (or unit, or pixel row) belongs to.
   int64_t replica_of_token(int64_t token) const;
   int64_t replica_of_unit(int64_t unit) const;
+  int64_t replica_of_patch_row(int64_t row) const;
 };
 
 /// Pools `replicas` (one grid per replica, dp of them; an empty grid is a

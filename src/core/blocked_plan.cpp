@@ -50,13 +50,16 @@ std::vector<size_t> block_rows(
   return rows;
 }
 
-// Block b's split partition over its k ranks, its rows shifted to the
-// batch's; a block without units holds k empty ranks.
+// Block b's split partition over its k ranks (units [u0, u1) of the plan,
+// costed as the plan costed them); a block without units holds k empty
+// ranks.
 SplitPartition block_split(
     const ShardPlan& plan,
     const std::vector<size_t>& rows,
     size_t b,
-    int64_t k) {
+    int64_t k,
+    int64_t u0,
+    int64_t u1) {
   const std::vector<GridThw> grid(
       plan.frames.grid.begin() + static_cast<std::ptrdiff_t>(rows[b]),
       plan.frames.grid.begin() + static_cast<std::ptrdiff_t>(rows[b + 1]));
@@ -68,14 +71,16 @@ SplitPartition block_split(
   }
   PlanOptions o = plan.options;
   o.world = k;
-  sp = split_partition(expand_frames(grid, o.layout), o);
-  return sp;
+  return split_partition(
+      expand_frames(grid, o.layout),
+      o,
+      {plan.unit_costs.begin() + u0, plan.unit_costs.begin() + u1});
 }
 
 // The blocks' split partitions as one over the whole world. False when no
 // block is cut (the whole-frame partition then stands).
 bool join_splits(
-    ShardPlan& plan,
+    const ShardPlan& plan,
     const std::vector<size_t>& rows,
     const std::vector<int64_t>& unit_blocks,
     int64_t k,
@@ -85,8 +90,9 @@ bool join_splits(
   out.row_cuts.clear();
   out.rank_costs.clear();
   for (size_t b = 0; b + 1 < rows.size(); ++b) {
-    const SplitPartition sp = block_split(plan, rows, b, k);
     const int64_t u = unit_blocks[b];
+    const SplitPartition sp =
+        block_split(plan, rows, b, k, u, unit_blocks[b + 1]);
     const int64_t offset =
         u < n ? frames.units[u].pixel_offset : frames.total_patch_rows;
     for (int64_t r = 0; r < k; ++r) {

@@ -35,8 +35,7 @@ std::vector<int64_t> pixel_rows_in(const MeshPlan& mp) {
       for (const RowRange& s : source_rows(mp.dedup, mp.plan.frames, range)) {
         int64_t begin = s.begin;
         while (begin < s.end) {
-          const auto it = std::upper_bound(bounds.begin(), bounds.end(), begin);
-          const int64_t q = static_cast<int64_t>(it - bounds.begin()) - 1;
+          const int64_t q = mp.replica_of_patch_row(begin);
           const int64_t end = std::min(s.end, bounds[q + 1]);
           if (q != d / mp.cp) {
             in[d] += end - begin;

@@ -53,6 +53,10 @@ int64_t MeshPlan::replica_of_unit(int64_t unit) const {
   return segment_of(replica_units, unit);
 }
 
+int64_t MeshPlan::replica_of_patch_row(int64_t row) const {
+  return segment_of(replica_patch_rows, row);
+}
+
 MeshPlan make_mesh_plan(
     const std::vector<std::vector<GridThw>>& replicas,
     const MeshPlanOptions& options,
@@ -171,7 +175,7 @@ MeshPixelRoute mesh_pixel_route(const MeshPlan& plan, int64_t rank) {
       // A merged range may run over a replica boundary: split it there.
       int64_t begin = range.begin;
       while (begin < range.end) {
-        const int64_t q = segment_of(bounds, begin);
+        const int64_t q = plan.replica_of_patch_row(begin);
         const int64_t end = std::min(range.end, bounds[q + 1]);
         const int64_t source = q * plan.cp + d % plan.cp;
         if (source == rank) {

@@ -76,9 +76,8 @@ internal::MeshRecord check_local_inputs(
   internal::MeshRecord mine;
   mine.dp = o.dp;
   mine.cp = o.cp;
-  mine.options =
-      internal::plan_options_fingerprint(o.plan, o.dp, o.cp, o.min_gain);
-  mine.options ^= std::hash<double>{}(o.exchange_latency_seconds);
+  mine.options = internal::plan_options_fingerprint(
+      o.plan, o.dp, o.cp, o.min_gain, o.exchange_latency_seconds);
   mine.tower_trainable = o.tower_trainable;
   // Dedup is a mesh-wide choice: part of the options every rank compares;
   // so is where a CP-only step runs (over cp_group or the mesh's routes).
@@ -181,7 +180,6 @@ MeshPlan plan_mesh(
     }
   }
   std::vector<std::vector<GridThw>> replicas;
-  bool others = false;
   for (size_t first = 0; first < records.size();
        first += static_cast<size_t>(mo.cp)) {
     replicas.push_back(records[first].grid);
@@ -191,10 +189,6 @@ MeshPlan plan_mesh(
       other = std::max(other, records[k].other_seconds);
     }
     mo.replica_other_seconds.push_back(other);
-    others = others || other > 0.0;
-  }
-  if (!others) {
-    mo.replica_other_seconds.clear();
   }
   try {
     return make_mesh_plan(replicas, mo, internal::replica_keys(records));

@@ -346,12 +346,17 @@ void check_token_owner(
 }
 
 uint64_t plan_options_fingerprint(
-    const PlanOptions& plan, int64_t dp, int64_t cp, double mesh_min_gain) {
+    const PlanOptions& plan,
+    int64_t dp,
+    int64_t cp,
+    double mesh_min_gain,
+    double exchange_latency_seconds) {
   Fingerprint fp;
   for (int64_t v :
        {dp,
         cp,
         bits_of(mesh_min_gain),
+        bits_of(exchange_latency_seconds),
         static_cast<int64_t>(plan.partitioner),
         bits_of(plan.cost.a),
         bits_of(plan.cost.b),

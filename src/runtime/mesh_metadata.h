@@ -68,9 +68,14 @@ void check_token_owner(
 
 /// Fingerprint of everything but the grids that the mesh plan depends on
 /// (dp, cp, partitioner, cost model, floor rows, layout, policy, split, the
-/// mesh's min_gain; not plan.world, which encode_mesh sets).
+/// mesh choice's min_gain and exchange latency; not plan.world, which
+/// encode_mesh sets).
 uint64_t plan_options_fingerprint(
-    const PlanOptions& plan, int64_t dp, int64_t cp, double mesh_min_gain);
+    const PlanOptions& plan,
+    int64_t dp,
+    int64_t cp,
+    double mesh_min_gain,
+    double exchange_latency_seconds);
 
 /// Collective over `group`: every rank's record, in rank order (`mine`
 /// alone on a group of one). `device` holds the exchanged words.
