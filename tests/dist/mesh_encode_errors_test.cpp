@@ -262,5 +262,28 @@ TEST(MeshEncodeErrors, DisagreeingOptionsOwnersOrInputsRaiseEverywhere) {
       "rank 1 failed while checking its inputs: frameshard::check_pixel_rows");
 }
 
+TEST(MeshEncodeErrors, BadMeshChoiceInputsOnOneRankRaiseEverywhere) {
+  MeshErrorCase c;
+  c.plan.policy.kind = PolicyKind::kAuto;
+  // A rest-of-step prediction that is not a time.
+  expect_mesh_error(
+      run_mesh_errors(
+          c,
+          [](int rank, MeshRankCall& call) {
+            if (rank == 3) {
+              call.options.other_seconds = -1.0;
+            }
+          }),
+      "expected other_seconds finite and >= 0, got -1");
+  // Ranks that price an exchange differently would choose differently.
+  expect_mesh_error(
+      run_mesh_errors(
+          c,
+          [](int rank, MeshRankCall& call) {
+            call.options.exchange_latency_seconds = rank == 0 ? 1e-3 : 0.0;
+          }),
+      "ranks disagree on the plan options: rank 0 has fingerprint 0x");
+}
+
 }  // namespace
 }  // namespace frameshard
