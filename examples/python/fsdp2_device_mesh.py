@@ -8,15 +8,21 @@ The mesh is (dp, cp) with dims named "dp" and "cp", as torchtitan and NeMo Autom
 - `frameshard.hf.enable(model, mesh, FrameShardingConfig(mesh_dims=["dp", "cp"]))`: every DP
   replica's images are encoded once, balanced over all dp x cp ranks;
 - `frameshard.hf.context_parallel(model, mesh)`: the language model runs each rank's chunks of the
-  sequence over the mesh's "cp" dimension; `cp.loss` is this rank's share of its replica's mean;
+  sequence over the mesh's "cp" dimension; its loss is this rank's share of its replica's mean,
+  times `cp.grad_scale`;
 - FSDP2 (`fully_shard`, HSDP on the 2-D mesh: sharded over cp, replicated over dp) reduces the
   gradients over the whole mesh and divides by dp * cp. The CP ranks' losses are shares that sum
-  to their replica's loss, so the right divisor is dp: backpropagate `loss * cp` (on NCCL,
-  `model.set_gradient_divide_factor(dp)` does the same; Gloo has no PREMUL_SUM for it).
+  to their replica's loss, so the right divisor is dp: context_parallel reads FSDP2's reduction
+  at each loss and scales the share by cp (`cp.grad_scale`), so a plain `loss.backward()` gives
+  the unsharded model's gradients.
 
 A tiny random model (no download) on CPU with Gloo (NCCL and bf16 on GPUs: --device cuda). The
 script checks itself: the same steps on one unsharded model per rank (each replica's batch, DP
 average) must give the same gradients and losses; it exits non-zero otherwise.
+
+It ends as a training script should (`shut_down`): a barrier and `destroy_process_group()` before
+the interpreter exits, so no Gloo work is left to interpreter teardown (issue 38: otherwise a rank
+can abort at exit). `--no-clean-exit` returns from main with the group alive, to compare.
 """
 
 import argparse
@@ -87,13 +93,50 @@ def reference(model: torch.nn.Module, dp: int, steps: int, lr: float) -> tuple[l
     return losses, first
 
 
+def shut_down(peers_alive: bool = True) -> None:
+    """End the job's distributed state before the interpreter exits (issue 38, docs/reliability.md).
+
+    A Gloo work object (the last all-reduce's, say) can outlive the collective that waited on it:
+    ProcessGroupGloo's worker thread drops its reference after waking the caller. If that is the
+    last one while the interpreter finalizes, its destructor takes the GIL of a dying interpreter
+    and the process aborts (`terminate called without an active exception`, torchrun exit -6).
+    A barrier (Gloo's waits for all of this rank's earlier work too; on CUDA, synchronize first)
+    leaves no collective in flight, and `destroy_process_group` releases every group (one nothing
+    else holds is torn down at once, its worker threads joined; one an FSDP module still holds, when
+    the module goes, with its threads idle). After an error the peers may never reach a barrier, so
+    there only the groups are destroyed.
+    """
+    if not dist.is_initialized():
+        return
+    if peers_alive:
+        if torch.cuda.is_available() and dist.get_backend() == "nccl":
+            torch.cuda.synchronize()
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="qwen3_vl", choices=["qwen2_5_vl", "qwen3_vl"])
     parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas; cp = world / dp")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-clean-exit", dest="clean_exit", action="store_false",
+                        help="return from main with the process group alive, as many training scripts "
+                        "end (to reproduce issue 38's abort at exit; see docs/reliability.md)")  # fmt: skip
     args = parser.parse_args()
+    try:
+        code = train(args)
+    except BaseException:
+        if args.clean_exit:
+            shut_down(peers_alive=False)
+        raise
+    if args.clean_exit:
+        shut_down()
+    return code
+
+
+def train(args: argparse.Namespace) -> int:
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
     dp, cp = args.dp, world // args.dp
@@ -119,8 +162,8 @@ def main() -> int:
     worst = 0.0
     for step in range(args.steps):
         batch = {k: v.to(args.device) for k, v in replica_batch(replica, step).items()}
-        loss = cp_model(**batch, labels=batch["input_ids"]).loss  # this rank's share
-        (loss * cp).backward()  # FSDP2 divides by dp * cp; the shares need dp
+        loss = cp_model(**batch, labels=batch["input_ids"]).loss  # this rank's share x grad_scale
+        loss.backward()  # FSDP2 divides by dp * cp; grad_scale (cp here) makes it dp
         if step == 0:
             for name, p in model.named_parameters():
                 if name in ref_grads:
@@ -128,7 +171,7 @@ def main() -> int:
                     worst = max(worst, float(diff / ref_grads[name].abs().max().clamp(min=1e-6)))
         optimizer.step()
         optimizer.zero_grad()
-        total = loss.detach().clone()
+        total = loss.detach() / cp_model.grad_scale  # this rank's share
         dist.all_reduce(total)  # the shares of every rank: dp replicas' losses
         mean = float(total) / dp
         if rank == 0:
@@ -140,8 +183,6 @@ def main() -> int:
     if rank == 0:
         print("%s, dp %d x cp %d: losses and gradients (max rel. diff %.2g) equal the unsharded model's"
               % (args.family, dp, cp, worst))  # fmt: skip
-    dist.barrier()
-    dist.destroy_process_group()
     return 0
 
 

@@ -8,7 +8,9 @@ the unsharded reference (the whole model on the whole sequence, SDPA text attent
 is float64, where eager's is float32) and the CP model (vision frames sharded by hf.enable
 unless the scenario says not, the language model under context_parallel). It reports the loss
 summed over the ranks, this rank's logits against the reference's at its positions, and every
-parameter gradient SUM-all-reduced over the group against the reference's.
+parameter gradient SUM-all-reduced over the group against the reference's. The owner_*
+scenarios enable the tower with gather "owner" (hf/_cp_owner.py: the merge after the split) and
+also report the visual rows and inputs_embeds rows the owner path gave this rank.
 """
 
 import copy
@@ -21,6 +23,8 @@ import torch.distributed as dist
 import frameshard
 from frameshard import hf
 from frameshard.hf import _cp as hf_cp
+from frameshard.hf import _cp_linear as hf_linear
+from frameshard.hf import _cp_owner as hf_owner
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402
@@ -30,11 +34,22 @@ FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 SHARD_ALL = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0)
 
 
-def batch(family, tail=0, text_only=False):
+def owner_config(split_frames=False):
+    """gather owner (the merge after the split); with split_frames, no exchange cost or floor so
+    that the tiny towers' 16 x 16 frame is cut (as split_worker.config)."""
+    extra = dict(split_frames=True, split_exchange_cost=0, split_exchange_latency_us=0.0, min_local_patch_rows=0)
+    return frameshard.FrameShardingConfig(
+        enabled=True, min_tokens=0, min_frames=0, gather="owner", **(extra if split_frames else {})
+    )
+
+
+def batch(family, tail=0, text_only=False, video=False):
     """(model, inputs, labels): float64 model; `tail` extra text tokens after the prompt (so
     the later chunks hold no visual token); labels -100 at the image tokens. `text_only`: 61
-    text tokens and no media (transformers then builds no position ids: the CP forward does)."""
+    text tokens and no media (transformers then builds no position ids: the CP forward does).
+    `video`: the second grid row (1 x 6 x 8) is passed as a video (12 video tokens)."""
     model, _, inputs = hf_models.build(family)
+    slow_decays(model)
     if text_only:
         ids = (torch.arange(61) % 50 + 20).view(1, -1)
         return model.double(), {"input_ids": ids}, ids
@@ -44,8 +59,38 @@ def batch(family, tail=0, text_only=False):
         extra = (torch.arange(tail) % 50 + 20).view(1, -1)
         inputs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=1)
         inputs["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(extra)], dim=1)
-    labels = inputs["input_ids"].masked_fill(inputs["input_ids"] == hf_models.TOKENS["image_token_id"], -100)
+    if video:  # grid row 1 (1 x 6 x 8: one frame, as Qwen3-VL's processor gives each frame its own run)
+        grid = inputs.pop("image_grid_thw")
+        rows = grid.prod(-1).tolist()
+        tokens = [r // 4 for r in rows]
+        begin = rows[0]
+        pv = inputs.pop("pixel_values")
+        inputs["pixel_values_videos"] = pv[begin : begin + rows[1]]
+        inputs["pixel_values"] = torch.cat([pv[:begin], pv[begin + rows[1] :]])
+        inputs["image_grid_thw"] = grid[[0, 2, 3, 4]]
+        inputs["video_grid_thw"] = grid[1:2]
+        start = tokens[0] + 3 + 2  # text, <vision_start>, tokens, <vision_end> per image
+        inputs["input_ids"][0, start : start + tokens[1]] = hf_models.TOKENS["video_token_id"]
+        inputs["mm_token_type_ids"][0, start : start + tokens[1]] = 2
+    visual = visual_mask(inputs["input_ids"])
+    labels = inputs["input_ids"].masked_fill(visual, -100)
     return model, inputs, labels
+
+
+def slow_decays(model):
+    """Qwen3.5's linear attention: decays per token between 0.81 and 0.99 (A 0.02-0.3, dt_bias
+    0), so that the recurrence's state carries across the CP chunk boundaries: with the tiny
+    model's initialisation (A up to 16) it is forgotten within a token and a wrong state passes
+    the parity check."""
+    with torch.no_grad():
+        for layer in model.modules():
+            if hasattr(layer, "A_log") and hasattr(layer, "dt_bias"):
+                layer.A_log.copy_(torch.linspace(0.02, 0.3, layer.A_log.numel()).log())
+                layer.dt_bias.zero_()
+
+
+def visual_mask(ids):
+    return (ids == hf_models.TOKENS["image_token_id"]) | (ids == hf_models.TOKENS["video_token_id"])
 
 
 def reference_step(model, inputs, labels):
@@ -58,16 +103,25 @@ def reference_step(model, inputs, labels):
     return float(loss.detach()), logits.detach()
 
 
-def parity(family, split="load_balanced", shard=True, tail=0, checkpointing=False, text_only=False):
+def parity(
+    family,
+    split="load_balanced",
+    shard=True,
+    tail=0,
+    checkpointing=False,
+    text_only=False,
+    config=SHARD_ALL,
+    video=False,
+):
     def run(rank, world, group):
-        model, inputs, labels = batch(family, tail, text_only)
+        model, inputs, labels = batch(family, tail, text_only, video)
         reference = copy.deepcopy(model)
         ref_loss, ref_logits = reference_step(reference, inputs, labels)
         if checkpointing:  # the recomputation reruns the CP attention (its layout rides in kwargs)
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.train()
         if shard:
-            hf.enable(model, group, SHARD_ALL, timeout=60)
+            hf.enable(model, group, config, timeout=60)
         cp = hf.context_parallel(model, group, split, timeout=60)
         out = cp(**inputs, labels=labels)
         out.loss.backward()
@@ -83,7 +137,8 @@ def parity(family, split="load_balanced", shard=True, tail=0, checkpointing=Fals
         text = model.model.language_model
         types = getattr(text.config, "layer_types", None) or ["full_attention"] * text.config.num_hidden_layers
         full_layers = sum(1 for t in types if t == "full_attention")
-        local_visual = int((cp.shard(inputs["input_ids"]) == hf_models.TOKENS["image_token_id"]).sum())
+        linear_layers = sum(1 for t in types if t == "linear_attention")
+        local_visual = int(visual_mask(cp.shard(inputs["input_ids"])).sum())
         result = dict(
             loss=float(loss),
             ref_loss=ref_loss,
@@ -95,6 +150,8 @@ def parity(family, split="load_balanced", shard=True, tail=0, checkpointing=Fals
             grads_compared=len(ref_grads),
             attention_calls=cp.attention_calls,
             full_attention_layers=full_layers,
+            linear_layers=linear_layers,
+            linear_rows=hf_linear.processed(cp._state.last),  # rows each linear layer's recurrence ran on
             vision_attention=model.config.vision_config._attn_implementation,
             seq_len=seq,
             local_rows=int(positions.numel()),
@@ -102,8 +159,21 @@ def parity(family, split="load_balanced", shard=True, tail=0, checkpointing=Fals
             local_visual=local_visual,
             owners_match=owners_match(cp, seq),
         )
+        if config.gather == "owner":  # what the owner path received (embeddings and DeepStack rows)
+            stats = hf_owner.last_stats(model)
+            result.update(
+                owner_visual_rows=stats.visual_rows if stats else -1,
+                owner_embeds_rows=stats.embeds_rows if stats else -1,
+                visual_tokens=int(visual_mask(inputs["input_ids"]).sum()),
+                split="image_grid_thw" in inputs
+                and frameshard.plan(
+                    inputs["image_grid_thw"].tolist(), world, config, tower=frameshard.tower_dims(model.model.visual)
+                ).split,
+            )
         cp.remove()
-        result["restored"] = text.config._attn_implementation == "eager" and "forward" not in vars(text)
+        result["restored"] = text.config._attn_implementation == "eager" and not {"forward"} & (
+            vars(text).keys() | vars(model.model).keys()
+        )
         return result
 
     return run
@@ -131,6 +201,92 @@ def refused_padding(rank, world, group):
     return {"error_text": ""}
 
 
+def on_mesh_config(split_frames=False):
+    return frameshard.FrameShardingConfig(**{**vars(owner_config(split_frames)), "mesh_dims": ["dp", "cp"]})
+
+
+def mesh_owner(family, split_frames=False, text_replica=False):
+    """gather owner over a dp x cp mesh (cp 2 at world 4, else cp 1 and dp = world): every replica
+    its own batch (lengths differ), the frames of all replicas balanced over the mesh, each
+    visual row routed to the CP rank of its replica that holds its token. Against each replica's
+    unsharded model: the loss summed over its CP ranks, this rank's logits, and the gradients
+    SUM-all-reduced over the mesh / dp against the replicas' mean."""
+
+    def run(rank, world, group):
+        cp_size = 2 if world == 4 else 1
+        dp = world // cp_size
+        replicas = [dist.new_group(list(range(q * cp_size, (q + 1) * cp_size))) for q in range(dp)]
+        cp_group = replicas[rank // cp_size]
+        text_only = text_replica and rank // cp_size == 1  # replica 1 has no media this step
+        model, inputs, labels = batch(family, tail=5 * (rank // cp_size), text_only=text_only)
+        reference = copy.deepcopy(model)
+        ref_loss, ref_logits = reference_step(reference, inputs, labels)
+        mesh = frameshard.Mesh(group, dp=dp, cp=cp_size)
+        hf.enable(model, config=on_mesh_config(split_frames), mesh=mesh, timeout=60)
+        cp = hf.context_parallel(model, cp_group, timeout=60)
+        out = cp(**inputs, labels=labels)
+        # A replica without media joins the other replicas' vision collectives (forward, backward).
+        joined = hf.join_without_media(model) if text_only else 0.0
+        (out.loss + joined).backward()
+        loss = out.loss.detach().clone()
+        dist.all_reduce(loss, group=cp_group)
+        seq = inputs["input_ids"].shape[1]
+        positions = cp.positions(seq)
+        real = positions < seq
+        grads = {n: g / dp for n, g in worker_common.reduced_grads(model, group).items()}
+        ref_grads = {n: g / world for n, g in worker_common.reduced_grads(reference, group).items()}
+        grad_diff, grad_scale = worker_common.compare(grads, ref_grads)
+        stats = hf_owner.last_stats(model)
+        local = visual_mask(cp.shard(inputs["input_ids"]))
+        result = dict(
+            dp=dp,
+            cp=cp_size,
+            loss=float(loss),
+            ref_loss=ref_loss,
+            logits_diff=worker_common.max_diff(out.logits[0, real], ref_logits[0, positions[real]]),
+            logits_scale=float(ref_logits.abs().max()),
+            grad_diff=grad_diff,
+            grad_scale=grad_scale,
+            seq_len=seq,
+            owner_visual_rows=stats.visual_rows if stats else -1,
+            local_visual=int(local.sum()),
+        )
+        cp.remove()
+        hf.disable(model)
+        return result
+
+    return run
+
+
+def refused_owner(rank, world, group):
+    """gather owner: what the owner path cannot do raises on every rank before any collective."""
+    singles = [dist.new_group([r]) for r in range(world)]  # every rank creates every group
+    errors = {}
+
+    def attempt(key, fn):
+        try:
+            fn()
+            errors[key] = ""
+        except frameshard.FrameshardError as e:
+            errors[key] = str(e)
+
+    model, inputs, labels = batch("qwen2_vl")
+    hf.enable(model, group, owner_config(), timeout=30)
+    attempt("without_cp", lambda: model(**inputs))  # no context_parallel: nothing routes the rows
+    cp = hf.context_parallel(model, group, timeout=30)
+    embeds = model.model.get_input_embeddings()(inputs["input_ids"])
+    rest = {k: v for k, v in inputs.items() if k != "input_ids"}
+    attempt("inputs_embeds", lambda: cp(inputs_embeds=embeds, **rest, labels=labels))
+    hf.context_parallel(model, singles[rank], timeout=30)  # a CP group other than hf.enable's
+    attempt("groups", lambda: cp(**inputs, labels=labels))
+    hf.context_parallel(model, group, timeout=30)  # the whole group, where the mesh's replicas have cp 1
+    hf.enable(model, config=on_mesh_config(), mesh=frameshard.Mesh(group, dp=world, cp=1))
+    attempt("mesh", lambda: cp(**inputs, labels=labels))
+    cp.remove()
+    hf.disable(model)
+    return {"errors": errors}
+
+
 def disagreeing_ranks(rank, world, group):
     """Rank 1 passes a shorter sequence: every rank raises the same error (the agreement check
     of the first collective), none hangs."""
@@ -153,7 +309,23 @@ SCENARIOS.update(
         "checkpointing_qwen3_5": parity("qwen3_5", checkpointing=True),
         "checkpointing_qwen3_vl": parity("qwen3_vl", checkpointing=True),
         "text_only_qwen3_vl": parity("qwen3_vl", text_only=True),
+        "text_only_qwen3_5": parity("qwen3_5", text_only=True),
+        # gather owner: each rank embeds its chunks' tokens and receives only their visual rows
+        **{"owner_%s" % f: parity(f, config=owner_config()) for f in FAMILIES},
+        **{"owner_split_%s" % f: parity(f, config=owner_config(split_frames=True)) for f in FAMILIES},
+        "owner_tail_qwen3_vl": parity("qwen3_vl", tail=420, config=owner_config()),
+        "owner_contiguous_qwen3_5": parity("qwen3_5", split="contiguous", tail=7, config=owner_config()),
+        "owner_text_only_qwen2_5_vl": parity("qwen2_5_vl", text_only=True, config=owner_config()),
+        # images and a video: two routed vision calls, DeepStack rows joined as transformers joins them
+        "owner_video_qwen3_vl": parity("qwen3_vl", video=True, config=owner_config()),
+        "owner_split_video_qwen2_5_vl": parity("qwen2_5_vl", video=True, config=owner_config(split_frames=True)),
+        "video_qwen3_vl": parity("qwen3_vl", video=True),
         "refused_padding": refused_padding,
+        "refused_owner": refused_owner,
+        # gather owner over a dp x cp mesh (cp 1 at world 2 and 3; dp 2 x cp 2 when run at world 4)
+        "mesh_owner_qwen3_vl": mesh_owner("qwen3_vl"),
+        "mesh_owner_split_qwen2_5_vl": mesh_owner("qwen2_5_vl", split_frames=True),
+        "mesh_owner_text_replica_qwen3_vl": mesh_owner("qwen3_vl", text_replica=True),
         "disagreeing_ranks": disagreeing_ranks,
     }
 )

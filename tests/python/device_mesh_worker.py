@@ -10,6 +10,7 @@ compares against the unsharded model on the same rank, in float64: outputs, and 
 gradient after a SUM all-reduce over the world.
 """
 
+import copy
 import os
 import sys
 import time
@@ -188,18 +189,85 @@ def scenario_errors(rank, world, group):
     return {"messages": messages}
 
 
+# How trainers hold a context-parallel model, each with the gradient reduction it implies, and the
+# grad_scale the handle must find for it. dp = world / 2 replicas of cp = 2 ranks.
+WRAPPERS = ("fsdp2_flat", "hsdp", "fsdp2_divide", "ddp", "ddp_after", "fsdp2_cp", "ddp_dp")
+
+
+def _wrap(model, kind, mesh, flat):
+    """`model` held as `kind`: what context_parallel is given (the DDP object, or the model)."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    if kind.startswith("ddp"):
+        group = mesh.get_group("dp") if kind == "ddp_dp" else flat.get_group()
+        return DistributedDataParallel(model, process_group=group)
+    over = {"hsdp": mesh, "fsdp2_cp": mesh["cp"]}.get(kind, flat)
+    for block in [*model.model.visual.blocks, *model.model.language_model.layers]:
+        fully_shard(block, mesh=over)
+    fully_shard(model, mesh=over)
+    if kind == "fsdp2_divide":  # the divisor the CP shares need; SUM comms (Gloo has no PREMUL_SUM)
+        for module in model.modules():  # the setters act on one module's parameters each
+            if isinstance(module, FSDPModule):
+                module.set_gradient_divide_factor(float(mesh.size(0)))
+                module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def scenario_cp_wrappers(rank, world, group):
+    """hf.context_parallel on a model held by FSDP2 (over dp x cp flattened, HSDP over (dp, cp),
+    dp x cp with divide factor dp, over cp alone at dp 1) or DDP (over dp x cp; over dp alone,
+    which must raise): one step's gradients, as the wrapper leaves them, against the unsharded
+    model's averaged over the replicas (each replica its own batch), float64."""
+    import cp_lm_worker
+
+    dp = world // 2
+    mesh = init_device_mesh("cpu", (dp, 2), mesh_dim_names=("dp", "cp"))
+    flat = init_device_mesh("cpu", (world,), mesh_dim_names=("dp_cp",))
+    replica = rank // 2
+    results = {}
+    for kind in WRAPPERS:
+        if kind == "fsdp2_cp" and dp > 1:  # the replicas would need their own reduction too
+            continue
+        model, inputs, labels = cp_lm_worker.batch("qwen2_vl", tail=5 * replica)
+        reference = copy.deepcopy(model)
+        cp_lm_worker.reference_step(reference, inputs, labels)
+        ref_grads = {n: g / world for n, g in reduced_grads(reference, group).items()}  # mean of replicas
+        try:
+            if kind == "ddp_after":  # DDP made after context_parallel and called directly
+                cp = hf.context_parallel(model, mesh["cp"], timeout=60)
+                cp.loss(_wrap(model, "ddp", mesh, flat)(**inputs).logits, labels).backward()
+            else:
+                cp = hf.context_parallel(_wrap(model, kind, mesh, flat), mesh["cp"], timeout=60)
+                cp(**inputs, labels=labels).loss.backward()
+        except frameshard.FrameshardError as e:
+            results[kind] = {"error": str(e)}
+            continue
+        grads = {}
+        for name, p in model.named_parameters():
+            g = p.grad if p.grad is not None else torch.zeros(p.shape, dtype=p.dtype)
+            grads[name] = g.full_tensor() if hasattr(g, "full_tensor") else g
+        grads = {n.removeprefix("module."): g for n, g in grads.items()}
+        diff, scale = compare(grads, ref_grads)
+        results[kind] = {"grad_diff": diff, "grad_scale": scale, "loss_scale": cp.grad_scale}
+    return {"wrappers": results, "dp": dp}
+
+
 SCENARIOS = {
     "hf_1d": scenario_hf_1d,
     "cp_1d": scenario_cp_1d,
     "calibrate_exchange": scenario_calibrate_exchange,
     "calibrate_disagree": scenario_calibrate_disagree,
     "hf_2d_fsdp2": scenario_hf_2d_fsdp2,
+    "cp_wrappers": scenario_cp_wrappers,
     "errors": scenario_errors,
 }
 
 
 def default(world):
-    return ["hf_2d_fsdp2"] if world == 4 else ["hf_1d", "cp_1d", "calibrate_exchange", "calibrate_disagree", "errors"]
+    if world == 4:
+        return ["hf_2d_fsdp2", "cp_wrappers"]
+    return ["hf_1d", "cp_1d", "calibrate_exchange", "calibrate_disagree", "errors", "cp_wrappers"]
 
 
 if __name__ == "__main__":

@@ -59,8 +59,38 @@ def test_a_wrong_mesh_or_group_is_refused_alike_on_every_rank(world2):
     assert "frameshard.shard_vision" in obj and "got a object" in obj
 
 
-def test_a_dp_cp_device_mesh_with_fsdp2_over_it_gives_the_unsharded_gradients():
-    world_results = 4, run_world("device_mesh_worker.py", 4)
-    world, per_rank = scenario(world_results, "hf_2d_fsdp2")
+@pytest.fixture(scope="module")
+def world4():
+    return 4, run_world("device_mesh_worker.py", 4)
+
+
+def test_a_dp_cp_device_mesh_with_fsdp2_over_it_gives_the_unsharded_gradients(world4):
+    world, per_rank = scenario(world4, "hf_2d_fsdp2")
     assert_parity(world, "device mesh dp x cp + FSDP2", per_rank, RTOL_HF)
     assert [res["text_only"] for res in per_rank] == [False, False, True, True]
+
+
+# The loss scale context_parallel must find for each way of holding the model (dp = world / 2,
+# cp = 2): FSDP2 / DDP averaging over the dp x cp ranks need cp; a divide factor of dp needs 1.
+EXPECTED_SCALE = {"fsdp2_flat": 2.0, "hsdp": 2.0, "fsdp2_divide": 1.0, "ddp": 2.0, "ddp_after": 2.0, "fsdp2_cp": 2.0}
+
+
+@pytest.mark.parametrize("world_fixture", ["world2", "world4"])
+def test_context_parallel_gives_the_unsharded_gradients_under_fsdp2_and_ddp(world_fixture, request):
+    world, per_rank = scenario(request.getfixturevalue(world_fixture), "cp_wrappers")
+    for rank, res in enumerate(per_rank):
+        wrappers = res["wrappers"]
+        expected = set(EXPECTED_SCALE) - ({"fsdp2_cp"} if res["dp"] > 1 else set()) | {"ddp_dp"}
+        assert set(wrappers) == expected, (rank, sorted(wrappers))
+        for kind, got in wrappers.items():
+            if kind == "ddp_dp":  # DDP over dp alone never sums the CP shares: refused, not 1/cp
+                assert "expected the gradient reduction to include this rank's CP group" in got.get("error", ""), got
+                assert "DistributedDataParallel over ranks" in got["error"], got
+                continue
+            assert "error" not in got, (kind, got)
+            assert got["loss_scale"] == EXPECTED_SCALE[kind], (kind, got)
+            assert got["grad_diff"] <= 1e-6 * max(1.0, got["grad_scale"]), (world, rank, kind, got)
+            print(
+                "wrapper %-13s world %d rank %d: loss scale %g, grads max diff %.3g (scale %.3g)"
+                % (kind, world, rank, got["loss_scale"], got["grad_diff"], got["grad_scale"])
+            )

@@ -6,6 +6,14 @@ the C++ command, the arms' losses within 1e-5 (float32; measured 0 and 4.8e-7), 
 (the order of float32 sums differs: measured 4.8e-7; it has 4 query heads on 2 K/V heads, so this
 checks the CP attention's grouped-query order too). Also the resolved recipe (a dotted override, a
 C++ recipe file) and the error for an unknown key.
+
+Launch modes and DP: `train` at CP 2 under torchrun (one rank per process, rank 0 prints) gives the
+spawned run's losses (the `ab` run's sharded arm: the same arm, spawned) and ends without torch's
+Gloo teardown abort; `train --json` has the C++ `frameshard train --json` shape (the arm's keys at
+the top level); `--dp 2` (CP 1, so it stays short) with mesh_dims [dp, cp] (the frames pooled over
+both replicas' ranks; `ab` under torchrun, both arms in the same processes) gives the losses of
+mesh_dims [cp] (each replica encodes its own; spawned) and of the replicated arm within 1e-5, and
+the replicas draw their own batches.
 """
 
 import json
@@ -38,9 +46,25 @@ RATIOS = {
 }
 
 
-def frameshard(*args, check=True):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "frameshard", *args]
+# torchrun: torch.distributed.run of the tests' interpreter, 2 processes, each one rank.
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+MESH_DIMS = "--distributed.multimodal.vision.frame_sharding.mesh_dims"
+# The keys of the C++ `frameshard train --json` that the Python `train --json` has too, at the top level.
+CPP_TRAIN_KEYS = ARM_KEYS | {
+    "name",
+    "dedup",
+    "measured_steps",
+    "vision_seconds_per_rank",
+    "frames_total",
+    "frames_distinct",
+    "rows_total",
+    "rows_distinct",
+}
+
+
+def frameshard(*args, check=True, env=None, launcher=()):
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    cmd = [sys.executable, *launcher, "-m", "frameshard", *args]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if check:
         assert p.returncode == 0, p.stdout + p.stderr
@@ -80,10 +104,59 @@ def one():
 
 
 def test_cp2_equals_one_process(ab, one):
-    losses = one["unsharded"]["losses"]
+    losses = one["losses"]
     for arm in ("replicated", "sharded"):
         diff = max(abs(a - b) for a, b in zip(losses, ab[arm]["losses"], strict=False))
         assert diff <= 1e-5, (arm, losses, ab[arm]["losses"])
+
+
+@pytest.fixture(scope="module")
+def launched():
+    return frameshard("train", "--family", "qwen2_vl", "--cp", "2", "--json", *FAST, launcher=TORCHRUN)
+
+
+def test_torchrun_train_equals_spawned(ab, launched):
+    got = json.loads(launched.stdout)  # one object: only rank 0 prints
+    diff = max(abs(a - b) for a, b in zip(got["losses"], ab["sharded"]["losses"], strict=True))
+    assert diff <= 1e-5, (got["losses"], ab["sharded"]["losses"])
+    assert got["cp"] == 2 and got["arm"] == "sharded", got
+    assert "terminate called" not in launched.stderr, launched.stderr  # the clean exit
+    print("torchrun train cp 2:", got["losses"], "spawned:", ab["sharded"]["losses"])
+
+
+def test_train_json_has_the_cpp_shape(launched, one):
+    for got, cp in ((json.loads(launched.stdout), 2), (one, 1)):
+        assert CPP_TRAIN_KEYS <= set(got), sorted(CPP_TRAIN_KEYS - set(got))
+        assert got["name"] == "train" and len(got["losses"]) == 2, got["name"]
+        assert isinstance(got["mean_vision_seconds"], float) and got["mean_vision_seconds"] > 0
+        # per step, then per rank (the C++ order)
+        assert [len(s) for s in got["vision_seconds_per_rank"]] == [cp, cp], got["vision_seconds_per_rank"]
+
+
+@pytest.fixture(scope="module")
+def dp2():
+    # mesh_dims [cp] spawned (at CP 1 each replica encodes its own frames); [dp, cp] under torchrun
+    # as `ab`, whose two arms run in the same two processes: replicated (each replica its own
+    # tower, as [cp]) and sharded (the frames of both replicas pooled over both ranks).
+    fast = ["--family", "qwen2_vl", "--cp", "1", "--dp", "2", "--json", *FAST]
+    per_replica = frameshard("train", *fast, MESH_DIMS, "[cp]")
+    mesh = frameshard("ab", *fast, MESH_DIMS, "[dp, cp]", "--plot", "", launcher=TORCHRUN)
+    return json.loads(per_replica.stdout), json.loads(mesh.stdout)
+
+
+def test_dp2_over_the_mesh_equals_per_replica(dp2, one):
+    per_replica, ab = dp2
+    mesh = ab["sharded"]
+    for other in (per_replica, ab["replicated"]):
+        diff = max(abs(a - b) for a, b in zip(other["losses"], mesh["losses"], strict=True))
+        assert diff <= 1e-5, (other["losses"], mesh["losses"])
+    assert per_replica["arm"] == "unsharded" and per_replica["recipe"][MESH_DIMS[2:]] == ["cp"]
+    assert mesh["dp"] == 2 and ab["recipe"][MESH_DIMS[2:]] == ["dp", "cp"], ab["recipe"]
+    assert all(max(step) > 0 for step in mesh["visual_bytes_received"]), mesh["visual_bytes_received"]
+    # replica 1 draws its own batches: more frames than replica 0's alone, another mean loss
+    assert all(a > b for a, b in zip(mesh["frames_total"], one["frames_total"], strict=True))
+    assert mesh["losses"] != one["losses"], (mesh["losses"], one["losses"])
+    print("dp 2 [cp]:", per_replica["losses"], "[dp, cp]:", mesh["losses"], "replicated:", ab["replicated"]["losses"])
 
 
 def test_recipe_and_errors():
@@ -95,6 +168,9 @@ def test_recipe_and_errors():
     assert recipe["data.preset"] == "video" and recipe["train.steps"] == 3  # a C++ recipe, overridden
     bad = frameshard("train", "--print-config", "--nonsense.key", "1", check=False)
     assert bad.returncode == 2 and "error: frameshard train: expected a recipe key, got 'nonsense.key'" in bad.stderr
+    rank = {"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    bad = frameshard("train", "--cp", "2", env=rank, check=False)  # refused before any rendezvous
+    assert bad.returncode == 2 and "distributed.cp_size: expected WORLD_SIZE / dp = 3" in bad.stderr, bad.stderr
 
 
 def test_model_dir_trains_the_checkpoints_weights(one, tmp_path):
@@ -110,8 +186,8 @@ def test_model_dir_trains_the_checkpoints_weights(one, tmp_path):
         frameshard("train", "--family", "qwen2_vl", "--train.seed", "7", "--cp", "1", "--json", *FAST).stdout
     )
     assert got["family"] == "qwen2_vl"
-    losses, want = got["unsharded"]["losses"], seed7["unsharded"]["losses"]
+    losses, want = got["losses"], seed7["losses"]
     assert max(abs(a - b) for a, b in zip(losses, want, strict=False)) <= 1e-6, (losses, want)
-    assert losses != one["unsharded"]["losses"], losses  # not the default seed's random weights
+    assert losses != one["losses"], losses  # not the default seed's random weights
     bad = frameshard("train", "--model-dir", str(tmp_path / "missing"), "--cp", "1", check=False)
     assert bad.returncode != 0 and "model.model_dir: expected a checkpoint with config.json" in bad.stderr, bad.stderr

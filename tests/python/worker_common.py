@@ -85,17 +85,28 @@ def main(scenarios, default=None):
     )
     group = dist.group.WORLD
     results = {}
-    for name in names:
-        start, cpu = time.monotonic(), time.process_time()
-        try:
-            results[name] = {"ok": True, **scenarios[name](args.rank, args.world, group)}
-        except Exception as e:  # reported, asserted on by the test
-            results[name] = {"ok": False, "error": "%s: %s" % (type(e).__name__, e), "trace": traceback.format_exc()}
-            # In the log too: where the peers then hang in the barrier, the result file is lost.
-            print("rank %d: scenario %s raised:\n%s" % (args.rank, name, results[name]["trace"]), file=sys.stderr)
-        results[name]["seconds"] = time.monotonic() - start
-        results[name]["cpu_seconds"] = time.process_time() - cpu
-        dist.barrier()
-    with open(os.path.join(args.out, "rank%d.json" % args.rank), "w") as f:
-        json.dump(results, f, indent=1)
-    dist.destroy_process_group()
+    finished = False
+    try:
+        for name in names:
+            start, cpu = time.monotonic(), time.process_time()
+            try:
+                results[name] = {"ok": True, **scenarios[name](args.rank, args.world, group)}
+            except Exception as e:  # reported, asserted on by the test
+                error = "%s: %s" % (type(e).__name__, e)
+                results[name] = {"ok": False, "error": error, "trace": traceback.format_exc()}
+                # In the log too: where the peers then hang in the barrier, the result file is lost.
+                print("rank %d: scenario %s raised:\n%s" % (args.rank, name, results[name]["trace"]), file=sys.stderr)
+            results[name]["seconds"] = time.monotonic() - start
+            results[name]["cpu_seconds"] = time.process_time() - cpu
+            dist.barrier()
+        with open(os.path.join(args.out, "rank%d.json" % args.rank), "w") as f:
+            json.dump(results, f, indent=1)
+        finished = True
+    finally:
+        # No Gloo work left to interpreter teardown (issue 38: a rank can abort at exit with
+        # `terminate called without an active exception`). The barrier (Gloo's also waits for this
+        # rank's earlier work) only where every rank got here: after an error (a barrier that
+        # timed out, an exception that is not an Exception) the peers may never reach it.
+        if finished:
+            dist.barrier()
+        dist.destroy_process_group()

@@ -41,14 +41,38 @@ class Geometry:
         )
 
 
-def make_batch(recipe: dict, step: int, geo: Geometry) -> dict:
-    """Step `step`'s batch (the same on every rank): each medium of the preset after
-    data.text_tokens text tokens, a video's frames as consecutive images. `grpo`: one `mixed`
-    prompt whose samples (data.group_size of them) each carry its images, the same pixels."""
+def _mix(x: int) -> int:
+    """SplitMix64's finalizer (as the C++ data_batch.cpp's step_seed), 63 bits."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return (x ^ (x >> 31)) >> 1
+
+
+_MASK = 2**64 - 1
+
+
+def replica_seeds(recipe: dict, step: int, replica: int) -> tuple[int, int]:
+    """(preset seed, pixel and text seed) of a step of DP replica `replica`. Replica 0 keeps the
+    seeds the commands always drew (data.seed + step, 1000 + step), so dp 1 is unchanged; another
+    replica's are mixed from (seed, step, replica) as the C++ trainer's, since a plain seed +
+    replica would give replica 1 at step 0 the batch of replica 0 at step 1."""
+    seed = int(recipe["data.seed"]) + step
+    if replica == 0:
+        return seed, 1000 + step
+    mixed = _mix(_mix(seed) ^ (replica * 0x9E3779B97F4A7C15 & _MASK))
+    return mixed, _mix(mixed)
+
+
+def make_batch(recipe: dict, step: int, geo: Geometry, replica: int = 0) -> dict:
+    """Step `step`'s batch of DP replica `replica` (the same on its CP ranks): each medium of the
+    preset after data.text_tokens text tokens, a video's frames as consecutive images. `grpo`: one
+    `mixed` prompt whose samples (data.group_size of them) each carry its images, the same pixels."""
     grpo = recipe["data.preset"] == "grpo"
     preset = "mixed" if grpo else str(recipe["data.preset"])
-    media = workload(preset, int(recipe["data.seed"]) + step, int(recipe["data.scale"]))
-    gen = torch.Generator().manual_seed(1000 + step)
+    preset_seed, seed = replica_seeds(recipe, step, replica)
+    media = workload(preset, preset_seed, int(recipe["data.scale"]))
+    gen = torch.Generator().manual_seed(seed)
     group = int(recipe["data.group_size"]) if grpo else 1
     if group < 1:
         raise FrameshardError("frameshard train: data.group_size: expected an integer >= 1, got %d" % group)

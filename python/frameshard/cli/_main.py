@@ -5,6 +5,8 @@
     python -m frameshard calibrate --family qwen3_vl --width 256 --depth 4 --out cal.txt
     python -m frameshard ab --family qwen2_5_vl --cp 2 --steps 6 [--json] [--config R.yaml] [--a.b V]
     python -m frameshard train --family qwen3_vl --cp 2 [--distributed.multimodal.vision.frame_sharding.enabled false]
+    python -m frameshard train --cp 2 --dp 2 [--distributed.multimodal.vision.frame_sharding.mesh_dims '[dp, cp]']
+    torchrun --standalone --nproc-per-node 2 -m frameshard train --cp 2 --json   # one rank per process
 
 Exit codes: 0 success, 2 an error (one "error: " line), as the C++ `frameshard` tool.
 """
@@ -77,7 +79,10 @@ def parser() -> argparse.ArgumentParser:
         t.add_argument("--config", help="a recipe YAML (the C++ commands' keys); --a.b VALUE overrides a key")
         t.add_argument("--family", default=None, help="model.family: qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5")
         t.add_argument("--model-dir", default=None, help="model.model_dir: a Hugging Face checkpoint (its weights)")
-        t.add_argument("--cp", type=int, default=None, help="distributed.cp_size: local Gloo rank processes")
+        t.add_argument("--cp", type=int, default=None, help="distributed.cp_size: CP ranks per replica")
+        t.add_argument(
+            "--dp", type=int, default=None, help="distributed.dp_size: data-parallel replicas (dp x cp ranks)"
+        )
         t.add_argument("--steps", type=int, default=None, help="train.steps")
         t.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
         t.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")

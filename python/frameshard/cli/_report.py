@@ -9,24 +9,34 @@ def _mean(values: list) -> float:
     return sum(rest) / len(rest) if rest else 0.0
 
 
-def summarize(ranks: list[dict], sharded: bool, dedup: bool = False) -> dict:
-    """One arm's JSON object (the C++ commands' names): per step the slowest rank's times."""
-    steps = len(ranks[0]["losses"])
+def summarize(ranks: list[dict], sharded: bool, dedup: bool = False, dp: int = 1, pooled: bool = False) -> dict:
+    """One arm's JSON object (the C++ commands' names): per step the slowest rank's times. `ranks`
+    in rank order, replica-major (rank = replica * cp + cp rank); the frame and row counts are the
+    job's (summed over the dp replicas, as the C++ commands count them). `pooled`: the frames
+    were balanced over the whole dp x cp mesh (mesh_dims [dp, cp])."""
+    steps, cp = len(ranks[0]["losses"]), len(ranks) // dp
+    replicas = ranks[::cp]  # each replica's first CP rank (its CP ranks see the same batch)
     step_s = [max(r["step_seconds"][i] for r in ranks) for i in range(steps)]
     vision_s = [max(r["vision_seconds"][i] for r in ranks) for i in range(steps)]
     row_bytes = ranks[0]["visual_row_bytes"]
-    # The all-gather hands every rank every visual row (with dedup, every distinct one); the
-    # replicated arm gathers nothing.
-    gathers = sharded and len(ranks) > 1
-    rows = ranks[0]["distinct_visual_rows" if sharded and dedup else "visual_rows"]
-    received = [[n * row_bytes if gathers else 0 for _ in ranks] for n in rows]
+    # The all-gather hands every rank every visual row of its replica (with dedup, every
+    # distinct one); the replicated arm gathers nothing.
+    gathers = sharded and (cp > 1 or pooled)
+    rows = "distinct_visual_rows" if sharded and dedup else "visual_rows"
+    received = [[r[rows][i] * row_bytes if gathers else 0 for r in ranks] for i in range(steps)]
+
+    def job(key: str) -> list:
+        return [sum(r[key][i] for r in replicas) for i in range(steps)]
+
+    frames, distinct = job("frames"), job("distinct_frames")
     return {
-        "cp": len(ranks),
+        "cp": cp,
+        "dp": dp,
         "frame_sharding": sharded,
         "losses": ranks[0]["losses"],
         "step_seconds": step_s,
         "vision_seconds": vision_s,
-        "vision_seconds_per_rank": [r["vision_seconds"] for r in ranks],
+        "vision_seconds_per_rank": [[r["vision_seconds"][i] for r in ranks] for i in range(steps)],
         "mean_step_seconds": _mean(step_s),
         "mean_vision_seconds": _mean(vision_s),
         "measured_steps": max(1, steps - 1),
@@ -35,12 +45,18 @@ def summarize(ranks: list[dict], sharded: bool, dedup: bool = False) -> dict:
         "vision_peak_bytes_per_rank": [r["vision_peak_bytes"] for r in ranks],
         "max_vision_peak_bytes": max(r["vision_peak_bytes"] for r in ranks),
         "visual_bytes_received": received,
-        "visual_rows": ranks[0]["visual_rows"],
+        "visual_rows": job("visual_rows"),
+        "visual_rows_per_replica": [[r["visual_rows"][i] for r in replicas] for i in range(steps)],
         "visual_row_bytes": row_bytes,
         "dedup": sharded and dedup,
-        "frames": ranks[0]["frames"],
-        "distinct_frames": ranks[0]["distinct_frames"],
-        "distinct_visual_rows": ranks[0]["distinct_visual_rows"],
+        # the C++ names (frames_total, ...) and the earlier Python ones (frames, ...)
+        "frames_total": frames,
+        "frames_distinct": distinct,
+        "rows_total": job("visual_rows"),
+        "rows_distinct": job("distinct_visual_rows"),
+        "frames": frames,
+        "distinct_frames": distinct,
+        "distinct_visual_rows": job("distinct_visual_rows"),
     }
 
 
@@ -50,7 +66,8 @@ def _ratio(a: float, b: float) -> float | None:
 
 def compare(rep: dict, sh: dict) -> dict:
     """The ratios sharded / replicated and the arms' largest loss difference."""
-    all_rows = sum(sh["visual_rows"]) * sh["visual_row_bytes"]
+    # per step the largest replica's rows: what one rank of the all-gather receives
+    all_rows = sum(max(step) for step in sh["visual_rows_per_replica"]) * sh["visual_row_bytes"]
     got = sum(max(step) for step in sh["visual_bytes_received"])
     return {
         "vision_time_ratio": _ratio(sh["mean_vision_seconds"], rep["mean_vision_seconds"]),

@@ -36,7 +36,7 @@ import torch as _torch
 
 from .. import _calibrate, _config, _groups, _towers, _unwrap
 from .._C import FrameshardError
-from . import _compat, _families, _family, _features, _patches, _split, _vision  # noqa: F401  (_families registers)
+from . import _compat, _cp_owner, _families, _family, _features, _patches, _split, _vision  # noqa: F401  (_families, _cp_owner register)
 from ._compat import SUPPORTED_TRANSFORMERS
 from ._cp import ContextParallel, context_parallel
 from ._cp import remove as remove_context_parallel
@@ -204,7 +204,8 @@ def join_without_media(model: _torch.nn.Module, dtype: _torch.dtype | None = Non
     param = next(visual.parameters())
     dtype = dtype if dtype is not None else param.dtype
     pixels = _torch.zeros(0, features, dtype=dtype, device=param.device)
-    out = visual(pixels, grid_thw=_torch.zeros(0, 3, dtype=_torch.int64, device=param.device))
+    owners = {_vision.TOKEN_OWNER: []} if state.config.gather == "owner" else {}  # no visual token here
+    out = visual(pixels, grid_thw=_torch.zeros(0, 3, dtype=_torch.int64, device=param.device), **owners)
     zero = _torch.zeros((), dtype=dtype, device=param.device)
     if out is None:
         return zero

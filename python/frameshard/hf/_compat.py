@@ -111,3 +111,10 @@ def missing_cp_features() -> list[str]:
     except ImportError:
         return ["transformers.AttentionInterface"]
     return [] if callable(getattr(AttentionInterface, "register", None)) else ["AttentionInterface.register"]
+
+
+def cache_name(forward: Any, names: tuple[str, str]) -> str:
+    """The name `forward` gives its KV cache parameter: transformers 5.24 renamed
+    past_key_values / cache_params to cache (the old names accepted until 5.40)."""
+    params = inspect.signature(forward).parameters
+    return next((n for n in names if n in params), names[0])

@@ -23,9 +23,11 @@ positions, in order). Its decoder layers run on those rows only:
   own, so the vision tower's attention is untouched). It all-gathers K and V (one differentiable
   frameshard.all_gather_rows; backward: the reduce-scatter of dK, dV) and runs SDPA with the
   causal mask at this rank's global positions (CPU and GPU);
-- Qwen3.5's linear-attention layers (a recurrence over the sequence): their input is all-gathered,
-  the layer runs on the whole sequence on every rank and each keeps its rows (correct; the layer's
-  work is not divided).
+- Qwen3.5's linear-attention layers (transformers' GatedDeltaNet, a recurrence over the sequence):
+  divided, each rank runs its own rows (_cp_linear): the causal conv's K-1 rows before each run of
+  contiguous rows are all-gathered, and the recurrence, linear in its initial state S, gives per
+  run (one call of transformers' rule) its final state A S + F and its outputs O(0) + Q S; the
+  ranks all-gather the runs' [F | A], scan them in sequence order and add Q S to O(0).
 
 The logits are this rank's rows ([B, local_length, vocab]; `cp.positions(S)` are their global
 positions, those >= S padding). `cp.loss(logits, labels)` shifts the WHOLE labels first, then
@@ -43,7 +45,6 @@ sliding-window attention, output_attentions.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import types
 from typing import Any
 
@@ -55,12 +56,17 @@ from .._C import FrameshardError
 from .._groups import Timeout, resolve
 from .._shard import all_gather_rows
 from .._unwrap import describe, unwrap_module
-from . import _compat, _family, _patches
+from . import _compat, _family, _grad_reduction, _patches
 
 IMPLEMENTATION = "frameshard_cp"
 SPLITS = ("load_balanced", "contiguous")
 OWNER = "cp"  # the patch registry's owner of the language model's patches
 _KWARG = "frameshard_cp"  # the per-forward context, passed down to the attention calls
+LOCAL = "frameshard_cp_local"  # the owner path's rows, cut already (_cp_owner.Local)
+ROUTED = "cp_owner"  # the patch registry's owner of _cp_owner's multimodal forward (on the language model)
+# Called as hook(model, language model) by context_parallel once installed: _cp_owner registers its
+# install here (it imports this module; this module does not import it).
+INSTALL_HOOKS: list = []
 
 
 def chunk_positions(seq_len: int, cp_size: int, rank: int, split: str) -> torch.Tensor:
@@ -135,6 +141,7 @@ class _State:
     timeout: Timeout
     linear: list  # the patched linear-attention modules (Qwen3.5)
     last: _Forward | None = None  # the latest forward's layout (its attention calls)
+    ddp: Any = None  # a DistributedDataParallel seen running around the latest forward
 
     def layout(self, seq_len: int, device: torch.device, agree: torch.Tensor) -> _Forward:
         """This forward's layout, after checking that every rank passes the same shapes (one
@@ -217,56 +224,53 @@ def _lm_forward(
     _refuse(attention_mask, cache, kwargs)
     if inputs_embeds is None:
         inputs_embeds = lm.get_input_embeddings()(input_ids)
-    b, s, h = inputs_embeds.shape
-    agree = torch.tensor([b, s, h], dtype=torch.int64)
-    fwd = state.layout(s, inputs_embeds.device, agree)
-    pad = int(fwd.order.numel()) - s
-    embeds = _pad(inputs_embeds, pad, dim=1)[:, fwd.positions]
-    if position_ids is None:  # text only: transformers would count from 0 on the local rows
-        position_ids = torch.arange(s, device=inputs_embeds.device).expand(b, s)
-    if pad:  # padding continues the positions (it is never attended: it comes last)
-        step = torch.arange(1, pad + 1, device=position_ids.device)
-        position_ids = torch.cat([position_ids, position_ids[..., -1:] + step], dim=-1)
-    extra = {}
-    if deepstack_visual_embeds is not None:
-        extra = _deepstack(fwd, pad, visual_pos_masks, deepstack_visual_embeds)
+    local = kwargs.pop(LOCAL, None)
+    if local is not None:  # gather owner (_cp_owner): this rank's rows, merged and cut already
+        fwd, embeds, extra = local.layout, inputs_embeds, local.extra
+    else:
+        b, s, h = inputs_embeds.shape
+        agree = torch.tensor([b, s, h], dtype=torch.int64)
+        fwd = state.layout(s, inputs_embeds.device, agree)
+        pad = int(fwd.order.numel()) - s
+        embeds = _pad(inputs_embeds, pad, dim=1)[:, fwd.positions]
+        if position_ids is None:  # text only: transformers would count from 0 on the local rows
+            position_ids = torch.arange(s, device=inputs_embeds.device).expand(b, s)
+        if pad:  # padding continues the positions (it is never attended: it comes last)
+            step = torch.arange(1, pad + 1, device=position_ids.device)
+            position_ids = torch.cat([position_ids, position_ids[..., -1:] + step], dim=-1)
+        position_ids = position_ids[..., fwd.positions]
+        extra = {}
+        if deepstack_visual_embeds is not None:
+            extra = _deepstack(fwd, pad, visual_pos_masks, deepstack_visual_embeds)
     out = type(lm).forward(
         lm,
         inputs_embeds=embeds,
-        position_ids=position_ids[..., fwd.positions],
+        position_ids=position_ids,
         attention_mask=None,
         use_cache=False,
-        **{_cache_name(type(lm).forward, ("cache", "past_key_values")): None},
+        **{_compat.cache_name(type(lm).forward, ("cache", "past_key_values")): None},
         **extra,
         **kwargs,
         **{_KWARG: fwd},
     )
     state.last = fwd
+    state.ddp = _grad_reduction.active_ddp(lm)
     return out
-
-
-def _cache_name(forward: Any, names: tuple[str, str]) -> str:
-    """The name `forward` gives its KV cache parameter: transformers 5.24 renamed
-    past_key_values / cache_params to cache (the old names accepted until 5.40)."""
-    params = inspect.signature(forward).parameters
-    return next((n for n in names if n in params), names[0])
 
 
 def _linear_forward(module: torch.nn.Module, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     """A linear-attention layer's forward under CP (Qwen3.5's gated delta net, a recurrence over
-    the sequence): all-gather its input, run it on the whole sequence, keep this rank's rows."""
+    the sequence): run on this rank's rows only, the conv halos and the recurrence's segment
+    states exchanged (_cp_linear)."""
     fwd: _Forward | None = kwargs.pop(_KWARG, None)
     if fwd is None:
         raise FrameshardError(
             "frameshard.hf.context_parallel: expected the linear attention to run inside the "
             "language model's context-parallel forward, got a call without it"
         )
-    for name in ("cache", "cache_params"):  # the KV cache's name since 5.24, and before
-        kwargs.pop(name, None)
-    kwargs[_cache_name(type(module).forward, ("cache", "cache_params"))] = None
-    kwargs["attention_mask"] = None
-    whole = fwd.gather(hidden_states.transpose(0, 1))[fwd.inverse].transpose(0, 1)
-    return type(module).forward(module, whole, *args, **kwargs)[:, fwd.positions]
+    from . import _cp_linear  # noqa: PLC0415  (it imports this module)
+
+    return _cp_linear.forward(module, fwd, hidden_states, *args, **kwargs)
 
 
 def find_language_model(model: Any, fn: str = "context_parallel") -> torch.nn.Module:
@@ -288,10 +292,20 @@ def find_language_model(model: Any, fn: str = "context_parallel") -> torch.nn.Mo
 class ContextParallel:
     """The handle `context_parallel` returns: the split, this rank's positions, the loss."""
 
-    def __init__(self, model: Any, lm: torch.nn.Module, state: _State) -> None:
+    def __init__(self, model: Any, lm: torch.nn.Module, state: _State, grad_reduction: str = "auto") -> None:
         self.model, self.language_model, self._state = model, lm, state
         self.group, self.split = state.group, state.split
         self.cp_size, self.rank = state.group.size(), state.group.rank()
+        self.grad_reduction = grad_reduction
+
+    @property
+    def grad_scale(self) -> float:
+        """The factor `loss` applies to this rank's share for the gradient reduction in force
+        (`grad_reduction`, read from the model's DDP / FSDP2 under "auto"): 1 for a SUM over the
+        CP group, cp for FSDP2 / DDP averaging over the dp x cp ranks. Read at every `loss`, so a
+        wrapper applied after `context_parallel` (fully_shard; a DDP whose forward ran the latest
+        forward) or a divide factor set later counts. `loss / grad_scale` is the share, for logging."""
+        return _grad_reduction.loss_scale(self.model, self.group, self.grad_reduction, self._state.ddp)
 
     def positions(self, seq_len: int) -> torch.Tensor:
         """Global positions of this rank's rows (logits, hidden states) of a sequence of
@@ -306,9 +320,11 @@ class ContextParallel:
         return _pad(tensor, pad, dim=tensor.dim() - 1, value=fill)[..., self.positions(s).to(tensor.device)]
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
-        """This rank's share of the next-token loss: labels [B, S] (the whole batch's) are
-        shifted, then split; sum of this rank's token losses / the global number of labelled
-        tokens. The ranks' losses sum to the unsharded mean. No communication."""
+        """This rank's share of the next-token loss, times `grad_scale`: labels [B, S] (the whole
+        batch's) are shifted, then split; sum of this rank's token losses / the global number of
+        labelled tokens. The ranks' shares sum to the unsharded mean; with the scale, its
+        backward under the gradient reduction in force gives the unsharded model's gradients.
+        No communication."""
         shifted = torch.full_like(labels, ignore_index)
         shifted[:, :-1] = labels[:, 1:]
         local = self.shard(shifted, fill=ignore_index).to(logits.device)
@@ -321,7 +337,9 @@ class ContextParallel:
         total = torch.nn.functional.cross_entropy(
             wide.reshape(-1, wide.shape[-1]), local.reshape(-1), ignore_index=ignore_index, reduction="sum"
         )
-        return total / (shifted != ignore_index).sum().clamp(min=1).to(total.device)
+        share = total / (shifted != ignore_index).sum().clamp(min=1).to(total.device)
+        scale = self.grad_scale
+        return share * scale if scale != 1.0 else share
 
     def __call__(self, labels: torch.Tensor | None = None, **inputs: Any) -> Any:
         """model(**inputs) (collective); with `labels` (the whole batch's), `.loss` is this
@@ -346,18 +364,31 @@ def context_parallel(
     group: Any = None,
     split: str = "load_balanced",
     *,
+    grad_reduction: str = "auto",
     timeout: Timeout = None,
 ) -> ContextParallel:
     """Installs context parallelism over `group` (a ProcessGroup; a DeviceMesh: its "cp"
     dimension, or its only one; None: the default group) on the language model of `model` (see
     the module's docstring); returns its ContextParallel handle. Installing again replaces the
-    group and split. Local: no communication until the model's next forward."""
+    group and split. Local: no communication until the model's next forward.
+
+    `grad_reduction` says how the parameter gradients will be reduced, so that the handle's
+    `loss` carries the scale that gives the unsharded model's gradients (`ContextParallel.grad_scale`):
+    "auto" (default) reads it from the model's DistributedDataParallel (pass the DDP object as
+    `model`) or FSDP2 modules, and means "sum" when there is none; "sum": a SUM all-reduce over
+    the CP group (over dp x cp, divided by dp, with data parallelism); "mean": an average over
+    the dp x cp ranks. A DDP or FSDP2 whose group misses this rank's CP peers raises at `loss`."""
     _compat.check_transformers("context_parallel")
     missing = _compat.missing_cp_features()
     if missing:
         raise FrameshardError(
             "frameshard.hf.context_parallel: expected transformers with %s, got transformers %s without it"
             % (", ".join(missing), _compat.transformers_version())
+        )
+    if grad_reduction not in _grad_reduction.MODES:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: grad_reduction: expected one of %s, got %r"
+            % (", ".join(_grad_reduction.MODES), grad_reduction)
         )
     if split not in SPLITS:
         raise FrameshardError(
@@ -381,12 +412,16 @@ def context_parallel(
     patches = [(config, "_attn_implementation", IMPLEMENTATION), (lm, "forward", types.MethodType(_lm_forward, lm))]
     patches += [(m, "forward", types.MethodType(_linear_forward, m)) for m in linear]
     _patches.install(lm, OWNER, state, patches)
-    return ContextParallel(model, lm, state)
+    for hook in INSTALL_HOOKS:  # gather owner (_cp_owner): the merge after the split, decided per forward
+        hook(model, lm)
+    return ContextParallel(model, lm, state, grad_reduction)
 
 
 def remove(model: Any) -> bool:
     """Uninstalls context_parallel from the model's language model; False if it was not there."""
-    return _patches.remove(find_language_model(model, fn="remove"), OWNER)
+    lm = find_language_model(model, fn="remove")
+    _patches.remove(lm, ROUTED)  # _cp_owner's patch of the multimodal model's forward
+    return _patches.remove(lm, OWNER)
 
 
 def is_installed(model: Any) -> bool:

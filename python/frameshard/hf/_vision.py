@@ -28,6 +28,7 @@ from . import _compat, _patches, _split
 from ._family import Family, tower_grid
 
 OWNER = "vision"  # the patch registry's owner of the vision module's patches
+TOKEN_OWNER = "frameshard_token_owner"  # the CP rank of each visual token (gather owner, _cp_owner)
 
 
 @dataclasses.dataclass
@@ -145,6 +146,14 @@ def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_t
             "batch; each rank encodes only its frames), got %s" % ", ".join(precomputed)
         )
     return_dict = kwargs.pop("return_dict", None)
+    token_owner = kwargs.pop(TOKEN_OWNER, None)
+    if state.config.gather == "owner" and token_owner is None:
+        raise FrameshardError(
+            "frameshard.hf: distributed.multimodal.vision.frame_sharding.gather: expected 'all' for a "
+            "vision call outside hf.context_parallel's owner path (with 'owner', call hf.enable and "
+            "hf.context_parallel on the same whole model: its forward routes each visual row to the "
+            "CP rank holding its token), got 'owner' and a call without token owners"
+        )
     local = _LocalTower(visual, state, kwargs)
     tower = local if state.config.split_frames else _without_pieces(local)
     try:
@@ -162,19 +171,24 @@ def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_t
             timeout=state.timeout,
             return_plan=True,
             tower_dims=state.dims,
+            token_owner=token_owner,
         )
     except FrameshardError as e:
         reraise(e, local.raised)
     if outputs is None:
         return None  # a text-only replica on the mesh's replicated path: no tower ran
     out = local.last
-    if plan.sharded and return_dict is False:
+    # With token owners the rows are this rank's only, on the replicated path too.
+    routed = plan.sharded or token_owner is not None
+    if routed and return_dict is False:
         # A tuple would start with last_hidden_state, which is rank-local here.
         raise FrameshardError(
             "frameshard.hf: expected return_dict=True or unset on the sharded path (the sharded "
             "output has no last_hidden_state), got return_dict=False"
         )
-    if plan.sharded:
+    if routed:
+        if isinstance(outputs, torch.Tensor):
+            outputs = (outputs,)
         fields = {"pooler_output": outputs[0]}
         if hasattr(out, "deepstack_features"):
             fields["deepstack_features"] = list(outputs[1:])
