@@ -17,12 +17,9 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-
-import frameshard
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "python"))
-from fsdp2_device_mesh import replica_batch, shut_down, tiny_model  # noqa: E402
+from fsdp2_device_mesh import replica_batch, shard, shut_down, tiny_model  # noqa: E402
 
 
 def main() -> int:
@@ -33,12 +30,7 @@ def main() -> int:
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (1, dist.get_world_size()), mesh_dim_names=("dp", "cp"))
     model = tiny_model("qwen2_5_vl")
-    config = frameshard.FrameShardingConfig(enabled=True, mesh_dims=["dp", "cp"], min_tokens=0, min_frames=0)
-    frameshard.hf.enable(model, mesh, config)
-    cp_model = frameshard.hf.context_parallel(model, mesh)
-    for block in [*model.model.visual.blocks, *model.model.language_model.layers]:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    cp_model = shard(model, mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for step in range(args.steps):
         batch = replica_batch(0, step)

@@ -93,6 +93,18 @@ def reference(model: torch.nn.Module, dp: int, steps: int, lr: float) -> tuple[l
     return losses, first
 
 
+def shard(model, mesh):
+    """frameshard first (it patches instances), then FSDP2 over the same mesh, its blocks first;
+    returns the context_parallel handle."""
+    config = frameshard.FrameShardingConfig(enabled=True, mesh_dims=["dp", "cp"], min_tokens=0, min_frames=0)
+    frameshard.hf.enable(model, mesh, config)
+    cp_model = frameshard.hf.context_parallel(model, mesh)
+    for block in [*model.model.visual.blocks, *model.model.language_model.layers]:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return cp_model
+
+
 def shut_down(peers_alive: bool = True) -> None:
     """End the job's distributed state before the interpreter exits (issue 38, docs/reliability.md).
 
@@ -149,13 +161,7 @@ def train(args: argparse.Namespace) -> int:
     model = tiny_model(args.family)
     ref_losses, ref_grads = reference(copy.deepcopy(model), dp, args.steps, lr)
 
-    # frameshard first (it patches instances), then FSDP2 over the same mesh, its blocks first.
-    config = frameshard.FrameShardingConfig(enabled=True, mesh_dims=["dp", "cp"], min_tokens=0, min_frames=0)
-    frameshard.hf.enable(model, mesh, config)
-    cp_model = frameshard.hf.context_parallel(model, mesh)
-    for block in [*model.model.visual.blocks, *model.model.language_model.layers]:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    cp_model = shard(model, mesh)
     model.to(args.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
 
