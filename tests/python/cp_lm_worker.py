@@ -25,12 +25,15 @@ from frameshard import hf
 from frameshard.hf import _cp as hf_cp
 from frameshard.hf import _cp_linear as hf_linear
 from frameshard.hf import _cp_owner as hf_owner
+from frameshard.hf import _family as hf_family
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import family_models as fm  # noqa: E402
 import hf_models  # noqa: E402
 import worker_common  # noqa: E402
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v")
+GLM4V_GRID = [[1, 4, 6], [1, 2, 2], [1, 6, 4], [1, 8, 8], [1, 4, 4]]
 SHARD_ALL = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0)
 
 
@@ -48,6 +51,8 @@ def batch(family, tail=0, text_only=False, video=False):
     the later chunks hold no visual token); labels -100 at the image tokens. `text_only`: 61
     text tokens and no media (transformers then builds no position ids: the CP forward does).
     `video`: the second grid row (1 x 6 x 8) is passed as a video (12 video tokens)."""
+    if family == "glm4v":
+        return glm4v_batch(tail, text_only, video)
     model, _, inputs = hf_models.build(family)
     slow_decays(model)
     if text_only:
@@ -75,6 +80,34 @@ def batch(family, tail=0, text_only=False, video=False):
     visual = visual_mask(inputs["input_ids"])
     labels = inputs["input_ids"].masked_fill(visual, -100)
     return model, inputs, labels
+
+
+def glm4v_batch(tail=0, text_only=False, video=False):
+    """batch() for GLM-4V (family_models.glm4v_model, float64; its image and video token ids are
+    hf_models'): five images (49 tokens), or with `video` one video of five frames alone (each
+    frame's tokens after a text token, as GLM's processor puts a timestamp; GLM marks video frames
+    with the image token, so transformers' GLM-4V takes images or videos in one batch, not both)."""
+    model, _ = fm.glm4v_model()
+    if text_only:
+        ids = (torch.arange(61) % 50 + 10).view(1, -1)
+        return model, {"input_ids": ids}, ids
+    if video:  # five frames: cut across the ranks with split_frames at world 2 and 3
+        grid = torch.tensor([[5, 4, 4]])
+        ids = [fm.TEXT, fm.GLM_TOKENS["video_start_token_id"]]
+        for frame in range(5):
+            ids += [fm.TEXT + 1 + frame] + [fm.GLM_TOKENS["image_token_id"]] * 4
+        ids = torch.tensor([ids + [fm.GLM_TOKENS["video_end_token_id"], fm.TEXT]])
+        mm = (ids == fm.GLM_TOKENS["image_token_id"]).to(torch.int64) * 2
+        inputs = dict(pixel_values_videos=fm.pixels(grid, fm.GLM_FEATURES), video_grid_thw=grid)
+    else:
+        grid = torch.tensor(GLM4V_GRID)
+        ids, mm = fm.glm4v_prompt(grid)
+        inputs = dict(pixel_values=fm.pixels(grid, fm.GLM_FEATURES), image_grid_thw=grid)
+    if tail:
+        extra = (torch.arange(tail) % 50 + 10).view(1, -1)
+        ids, mm = torch.cat([ids, extra], dim=1), torch.cat([mm, torch.zeros_like(extra)], dim=1)
+    inputs.update(input_ids=ids, mm_token_type_ids=mm)
+    return model, inputs, ids.masked_fill(visual_mask(ids), -100)
 
 
 def slow_decays(model):
@@ -160,15 +193,16 @@ def parity(
             owners_match=owners_match(cp, seq),
         )
         if config.gather == "owner":  # what the owner path received (embeddings and DeepStack rows)
-            stats = hf_owner.last_stats(model)
+            stats, dims = hf_owner.last_stats(model), frameshard.tower_dims(model.model.visual)
             result.update(
                 owner_visual_rows=stats.visual_rows if stats else -1,
                 owner_embeds_rows=stats.embeds_rows if stats else -1,
                 visual_tokens=int(visual_mask(inputs["input_ids"]).sum()),
-                split="image_grid_thw" in inputs
-                and frameshard.plan(
-                    inputs["image_grid_thw"].tolist(), world, config, tower=frameshard.tower_dims(model.model.visual)
-                ).split,
+                split=any(
+                    frameshard.plan(tower_grid(model, inputs[key]).tolist(), world, config, tower=dims).split
+                    for key in ("image_grid_thw", "video_grid_thw")
+                    if key in inputs
+                ),
             )
         cp.remove()
         result["restored"] = text.config._attn_implementation == "eager" and not {"forward"} & (
@@ -177,6 +211,11 @@ def parity(
         return result
 
     return run
+
+
+def tower_grid(model, grid):
+    """The grid rows the vision module takes (GLM-4V: one (1, h, w) row per frame)."""
+    return hf_family.tower_grid(hf_family.of_vision(model.model.visual), grid)
 
 
 def owners_match(cp, seq):
@@ -320,6 +359,9 @@ SCENARIOS.update(
         "owner_video_qwen3_vl": parity("qwen3_vl", video=True, config=owner_config()),
         "owner_split_video_qwen2_5_vl": parity("qwen2_5_vl", video=True, config=owner_config(split_frames=True)),
         "video_qwen3_vl": parity("qwen3_vl", video=True),
+        # GLM-4V: a video's frames are one (1, h, w) tower row each and carry the image token
+        "owner_video_glm4v": parity("glm4v", video=True, config=owner_config()),
+        "owner_split_video_glm4v": parity("glm4v", video=True, config=owner_config(split_frames=True)),
         "refused_padding": refused_padding,
         "refused_owner": refused_owner,
         # gather owner over a dp x cp mesh (cp 1 at world 2 and 3; dp 2 x cp 2 when run at world 4)

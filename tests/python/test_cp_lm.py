@@ -1,8 +1,9 @@
 """frameshard.hf.context_parallel: CP for the language model of a transformers Qwen-VL model.
 
 Multi-process (Gloo, world 2 and 3; one launch of tests/python/cp_lm_worker.py per world serves
-every scenario): for Qwen2-VL, Qwen2.5-VL, Qwen3-VL (DeepStack) and Qwen3.5 (linear-attention
-layers too), float64, the vision frames sharded by hf.enable at the same time, one training step:
+every scenario): for Qwen2-VL, Qwen2.5-VL, Qwen3-VL (DeepStack), Qwen3.5 (linear-attention
+layers too) and GLM-4.1V (49 tokens; its five-frame video alone, each frame one tower row and
+marked with the image token), float64, the vision frames sharded by hf.enable at the same time, one training step:
 the loss summed over the ranks, each rank's logits at its positions and every parameter gradient
 (SUM-all-reduced) against the single-process unsharded model. World 3 with load_balanced is 6
 chunks; the prompt (125 tokens) is a multiple of neither 4 nor 6, so the end padding is covered;
@@ -15,7 +16,7 @@ divided (hf/_cp_linear.py): each layer's recurrence ran on this rank's rows only
 are slowed (cp_lm_worker.slow_decays) so that a wrong state entering a chunk fails the check
 (a halved state: 1e-2 on logits and gradients; zeroed conv halos: 9e-3). With gather "owner"
 (owner_*: the merge after the split, hf/_cp_owner.py; each rank embeds only its rows and receives
-only their visual rows): the four families with whole frames and with a frame cut across the
+only their visual rows): the five families with whole frames and with a frame cut across the
 ranks (split_frames), images with a video (Qwen3-VL's DeepStack rows joined over both), a rank
 without visual rows, the contiguous split and a text-only batch, the same parity plus the rows
 each rank received and embedded; what the owner path refuses (refused_owner); and over a dp x cp

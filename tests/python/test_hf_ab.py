@@ -7,9 +7,10 @@ the C++ command, the arms' losses within 1e-5 (float32; measured 0 and 4.8e-7), 
 checks the CP attention's grouped-query order too). Also the resolved recipe (a dotted override, a
 C++ recipe file) and the error for an unknown key.
 
-Launch modes and DP: `train` at CP 2 under torchrun (one rank per process, rank 0 prints) gives the
-spawned run's losses (the `ab` run's sharded arm: the same arm, spawned) and ends without torch's
-Gloo teardown abort; `train --json` has the C++ `frameshard train --json` shape (the arm's keys at
+Launch modes and DP: `train` at CP 2 under torchrun (one rank per process, rank 0 prints) with
+gather owner gives the spawned run's losses (the `ab` run's sharded arm: the same arm with the
+all-gather, spawned), its ranks receive at most 0.6 of the visual rows' bytes, and it ends without
+torch's Gloo teardown abort; `train --json` has the C++ `frameshard train --json` shape (the arm's keys at
 the top level); `--dp 2` (CP 1, so it stays short) with mesh_dims [dp, cp] (the frames pooled over
 both replicas' ranks; `ab` under torchrun, both arms in the same processes) gives the losses of
 mesh_dims [cp] (each replica encodes its own; spawned) and of the replicated arm within 1e-5, and
@@ -112,16 +113,24 @@ def test_cp2_equals_one_process(ab, one):
 
 @pytest.fixture(scope="module")
 def launched():
-    return frameshard("train", "--family", "qwen2_vl", "--cp", "2", "--json", *FAST, launcher=TORCHRUN)
+    # gather owner: each rank embeds its chunks and receives only their visual rows (hf/_cp_owner)
+    owner = ["--distributed.multimodal.vision.frame_sharding.gather", "owner"]
+    return frameshard("train", "--family", "qwen2_vl", "--cp", "2", "--json", *FAST, *owner, launcher=TORCHRUN)
 
 
 def test_torchrun_train_equals_spawned(ab, launched):
+    """torchrun with gather owner gives the spawned all-gather arm's losses, and each rank
+    received at most 0.6 of the visual rows (about 1/CP: measured 0.53 over the two steps)."""
     got = json.loads(launched.stdout)  # one object: only rank 0 prints
     diff = max(abs(a - b) for a, b in zip(got["losses"], ab["sharded"]["losses"], strict=True))
     assert diff <= 1e-5, (got["losses"], ab["sharded"]["losses"])
     assert got["cp"] == 2 and got["arm"] == "sharded", got
     assert "terminate called" not in launched.stderr, launched.stderr  # the clean exit
-    print("torchrun train cp 2:", got["losses"], "spawned:", ab["sharded"]["losses"])
+    received = sum(max(step) for step in got["visual_bytes_received"])
+    every_row = sum(max(step) for step in got["visual_rows_per_replica"]) * got["visual_row_bytes"]
+    assert 0 < received <= 0.6 * every_row, (got["visual_bytes_received"], got["visual_rows_per_replica"])
+    print("torchrun train cp 2, owner:", got["losses"], "spawned, all:", ab["sharded"]["losses"])
+    print("  visual bytes received by the largest rank / every row: %.3f" % (received / every_row))
 
 
 def test_train_json_has_the_cpp_shape(launched, one):

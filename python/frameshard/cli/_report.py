@@ -24,6 +24,8 @@ def summarize(ranks: list[dict], sharded: bool, dedup: bool = False, dp: int = 1
     gathers = sharded and (cp > 1 or pooled)
     rows = "distinct_visual_rows" if sharded and dedup else "visual_rows"
     received = [[r[rows][i] * row_bytes if gathers else 0 for r in ranks] for i in range(steps)]
+    if sharded and "routed_rows" in ranks[0]:  # gather owner: each rank got its tokens' rows only
+        received = [[r["routed_rows"][i] * row_bytes for r in ranks] for i in range(steps)]
 
     def job(key: str) -> list:
         return [sum(r[key][i] for r in replicas) for i in range(steps)]
@@ -76,7 +78,7 @@ def compare(rep: dict, sh: dict) -> dict:
         "vision_peak_bytes_ratio": _ratio(sh["max_vision_peak_bytes"], rep["max_vision_peak_bytes"]),
         "loss_max_abs_diff": max(abs(a - b) for a, b in zip(rep["losses"], sh["losses"], strict=False)),
         # received by the sharded arm's largest rank / every visual row's bytes: 1 for the
-        # all-gather (the route here); owner routing would deliver about 1/CP.
+        # all-gather, about 1/CP for the owner-routed gather.
         "visual_bytes_ratio": _ratio(got, all_rows),
     }
 

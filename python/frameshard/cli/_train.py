@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from .. import hf
 from .._shard import frame_keys
+from ..hf import _cp_owner
 from . import _models as _ab
 from ._batch import Geometry, make_batch
 
@@ -173,6 +174,9 @@ def train_arm(
         model.parameters(), lr=float(recipe["train.lr"]), weight_decay=float(recipe["train.weight_decay"])
     )
     series = _new_series()
+    owner = sharded and cp_handle is not None and recipe[_ab.FS + ".gather"] == "owner"
+    if owner:
+        series["routed_rows"] = []
     for step in range(int(recipe["train.steps"])):
         batch = {k: v.to(device) for k, v in make_batch(recipe, step, geo, rank // cp).items()}
         memory.reset()
@@ -201,6 +205,9 @@ def train_arm(
         series["losses"].append(float(total))
         series["visual_rows"].append(int((batch["input_ids"] == geo.image_token_id).sum()))
         _count_frames(series, batch, geo)
+        if owner:  # the visual rows the owner-routed gather gave this rank (its tokens' rows)
+            stats = _cp_owner.last_stats(model)
+            series["routed_rows"].append(stats.visual_rows if stats is not None else 0)
         if progress and rank == 0:
             _say_step(sharded, step, recipe, series)
     series.update(peak_bytes=memory.peak(), vision_peak_bytes=timer.rise, visual_row_bytes=_row_bytes(model))

@@ -1,4 +1,4 @@
-"""Context parallelism (CP) for the language model of a transformers Qwen-VL model.
+"""Context parallelism (CP) for the language model of a transformers Qwen-VL or GLM-4V model.
 
     cp = frameshard.hf.context_parallel(model, group, split="load_balanced")
     frameshard.hf.enable(model, group, cfg)      # optional: shard the vision tower's frames too

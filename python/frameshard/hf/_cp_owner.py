@@ -188,6 +188,15 @@ def _whole_positions(mm: torch.nn.Module, named: dict, input_ids: torch.Tensor, 
     )
 
 
+def _placeholder_masks(mm: torch.nn.Module, input_ids: torch.Tensor, width: torch.Tensor) -> dict:
+    """{"image": [B, S] bool, "video": ...}: the whole sequence's placeholder tokens of each
+    modality as the model's get_placeholder_mask finds them (GLM-4V marks video frames with the
+    image token)."""
+    b, s = input_ids.shape
+    image, video = _call(mm.get_placeholder_mask, input_ids=input_ids, inputs_embeds=width.expand(b, s, 1))
+    return {"image": image[..., 0].to(input_ids.device), "video": video[..., 0].to(input_ids.device)}
+
+
 def _local_rows(
     mm: torch.nn.Module,
     pixels: torch.Tensor,
@@ -201,6 +210,8 @@ def _local_rows(
     positions = whole.nonzero()[:, 1]  # row-major: the order of the vision rows
     owners = owner_of[positions.cpu()].tolist()
     visual = mm.visual
+    # The grid as the model passes it or, for GLM-4V, with (t, h, w) rows: the sharded forward
+    # (hf.enable) expands frames itself.
     out = visual(pixels.type(unwrap_module(visual).dtype), grid_thw=grid, **{_vision.TOKEN_OWNER: owners})
     rows = [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
     stats.visual_rows += int(rows[0].shape[0])
@@ -256,16 +267,16 @@ def owner_forward(mm: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         owner_of[_cp.chunk_positions(s, cp, r, cp_state.split)] = r
     stats = Stats(embeds_rows=int(embeds.shape[0] * embeds.shape[1]))
     stats.embeds_bytes = int(embeds.numel()) * embeds.element_size()
-    config = mm.config
+    placeholders = _placeholder_masks(mm, input_ids, width)
     masks, deepstack = {}, {}
-    for modality, pixels_key, grid_key, token in (
-        ("image", "pixel_values", "image_grid_thw", config.image_token_id),
-        ("video", "pixel_values_videos", "video_grid_thw", config.video_token_id),
+    for modality, pixels_key, grid_key in (
+        ("image", "pixel_values", "image_grid_thw"),
+        ("video", "pixel_values_videos", "video_grid_thw"),
     ):
         pixels = named.get(pixels_key)
         if pixels is None:
             continue
-        whole = input_ids == token
+        whole = placeholders[modality]
         rows = _local_rows(mm, pixels, named.get(grid_key), whole, owner_of, modality, stats)
         local = _cp._pad(whole, pad, dim=1, value=False)[:, positions.to(whole.device)].to(embeds.device)
         if int(local.sum()) != int(rows[0].shape[0]):

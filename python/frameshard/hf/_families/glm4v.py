@@ -43,6 +43,7 @@ GLM4V = register(
         model_types=("glm4v",),
         dims=dims,
         vision=("Glm4vVisionModel",),
+        text=("Glm4vTextModel",),
         one_row_per_frame=True,
         split=Split(),
         vision_config="Glm4vVisionConfig",
@@ -56,6 +57,7 @@ GLM4V_MOE = register(
         module="glm4v_moe",
         model_types=("glm4v_moe",),
         vision=("Glm4vMoeVisionModel",),
+        text=("Glm4vMoeTextModel",),
         vision_config="Glm4vMoeVisionConfig",
     )
 )
