@@ -1,6 +1,7 @@
 """The parity subset run on every supported transformers release besides the pinned one (issue 35):
 per family, at world 2, float64 -- `hf.enable` (outputs and gradients against the unsharded model),
-split frames (a cut frame) and `hf.context_parallel` (loss, logits and gradients).
+split frames (a cut frame) and `hf.context_parallel` (loss, logits and gradients; also with
+gather owner and a cut frame: the merge after the split).
 
 CI runs it with scripts/test-transformers-releases.sh on the oldest supported release, on NeMo
 Automodel's pin and on the newest (tests/CMakeLists.txt, python.transformers_*); the full suites
@@ -20,7 +21,9 @@ import split_models  # noqa: E402
 from harness import RTOL_HF, assert_parity, run_world, scenario  # noqa: E402
 
 WORLD = 2
-CP_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
+CP_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v")
+# context_parallel without and with owner-routed visual rows (the merge after the split, a cut frame)
+CP_SCENARIOS = [p + f for f in CP_FAMILIES for p in ("parity_", "owner_split_")]
 # families_worker scenarios -> the transformers class they need.
 FEATURE_FAMILIES = {"glm4v": "Glm4vForConditionalGeneration", "omni": "NemotronH_Omni_Reasoning_V3",
                     "paddleocr": "PaddleOCRVLForConditionalGeneration"}  # fmt: skip
@@ -51,8 +54,7 @@ def split_results():
 
 @pytest.fixture(scope="module")
 def cp_results():
-    names = ["parity_" + f for f in CP_FAMILIES]
-    return WORLD, run_world("cp_lm_worker.py", WORLD, ["--scenarios=" + ",".join(names)])
+    return WORLD, run_world("cp_lm_worker.py", WORLD, ["--scenarios=" + ",".join(CP_SCENARIOS)])
 
 
 def test_the_release_is_supported():
@@ -83,13 +85,15 @@ def test_split_frames(split_results, family):
     assert_parity(world, "%s (transformers %s)" % (name, transformers.__version__), per_rank, RTOL_HF)
 
 
-@pytest.mark.parametrize("family", CP_FAMILIES)
-def test_context_parallel(cp_results, family):
-    world, per_rank = scenario(cp_results, "parity_" + family)
+@pytest.mark.parametrize("name", CP_SCENARIOS)
+def test_context_parallel(cp_results, name):
+    world, per_rank = scenario(cp_results, name)
     first = per_rank[0]
     assert abs(sum(r["local_loss"] for r in per_rank) - first["ref_loss"]) <= 1e-12 + RTOL_HF * abs(first["ref_loss"])
     for rank, res in enumerate(per_rank):
-        assert res["logits_diff"] <= RTOL_HF * max(1.0, res["logits_scale"]), (family, rank, res["logits_diff"])
-        assert res["grad_diff"] <= RTOL_HF * max(1.0, res["grad_scale"]), (family, rank, res["grad_diff"])
-        assert res["restored"], (family, rank)
-    print("cp %s world %d (transformers %s): loss %.15g" % (family, world, transformers.__version__, first["ref_loss"]))
+        assert res["logits_diff"] <= RTOL_HF * max(1.0, res["logits_scale"]), (name, rank, res["logits_diff"])
+        assert res["grad_diff"] <= RTOL_HF * max(1.0, res["grad_scale"]), (name, rank, res["grad_diff"])
+        assert res["restored"], (name, rank)
+        if name.startswith("owner_"):  # each rank received exactly its positions' visual rows
+            assert res["owner_visual_rows"] == res["local_visual"], (name, rank, res["owner_visual_rows"])
+    print("cp %s world %d (transformers %s): loss %.15g" % (name, world, transformers.__version__, first["ref_loss"]))
