@@ -33,7 +33,6 @@ import hf_models  # noqa: E402
 import worker_common  # noqa: E402
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v")
-GLM4V_GRID = [[1, 4, 6], [1, 2, 2], [1, 6, 4], [1, 8, 8], [1, 4, 4]]
 SHARD_ALL = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0)
 
 
@@ -100,7 +99,7 @@ def glm4v_batch(tail=0, text_only=False, video=False):
         mm = (ids == fm.GLM_TOKENS["image_token_id"]).to(torch.int64) * 2
         inputs = dict(pixel_values_videos=fm.pixels(grid, fm.GLM_FEATURES), video_grid_thw=grid)
     else:
-        grid = torch.tensor(GLM4V_GRID)
+        grid = torch.tensor(fm.GLM_GRID)
         ids, mm = fm.glm4v_prompt(grid)
         inputs = dict(pixel_values=fm.pixels(grid, fm.GLM_FEATURES), image_grid_thw=grid)
     if tail:

@@ -34,7 +34,6 @@ from worker_common import compare, rank_weights, reduced_grads  # noqa: E402
 # min_local_patch_rows stays at its default (96): the ranks get floor frames, which the local
 # grid holds as one (count, h, w) row -- the row GLM-4V's vision module cannot take.
 SHARD_ALL = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0)
-GLM_GRID = [[1, 4, 6], [1, 2, 2], [1, 6, 4], [1, 8, 8], [1, 4, 4]]
 GLM_VIDEO = [[3, 4, 4]]  # get_video_features: one (1, h, w) row per frame
 OMNI_GRID = [[4, 6], [2, 2], [6, 4], [8, 8], [4, 4]]
 
@@ -91,7 +90,7 @@ def _parity(model, step, rank, group, hooked, plans):
 
 def scenario_glm4v(rank, world, group):
     model, visual = fm.glm4v_model()
-    grid = torch.tensor(GLM_GRID)
+    grid = torch.tensor(fm.GLM_GRID)
     video = torch.tensor(GLM_VIDEO)
     pv, pv_video = fm.pixels(grid, fm.GLM_FEATURES), fm.pixels(video, fm.GLM_FEATURES, seed=6)
     ids, mm = fm.glm4v_prompt(grid)
@@ -111,7 +110,7 @@ def scenario_glm4v(rank, world, group):
 
 def scenario_glm4v_moe(rank, world, group):
     visual = fm.glm4v_moe_vision()
-    grid = torch.tensor(GLM_GRID)
+    grid = torch.tensor(fm.GLM_GRID)
     pv = fm.pixels(grid, fm.GLM_FEATURES)
 
     def step():
@@ -149,7 +148,7 @@ def scenario_omni(rank, world, group, grid=OMNI_GRID):
 
 def scenario_paddleocr(rank, world, group):
     model = fm.paddleocr_model()
-    grid = torch.tensor(GLM_GRID)
+    grid = torch.tensor(fm.GLM_GRID)
     pv = fm.pixels(grid, 3 * 4 * 4).reshape(-1, 3, 4, 4)  # the processor's [patches, C, p, p]
     ids, mm = fm.paddleocr_prompt(grid)
     sizes = []
@@ -197,7 +196,7 @@ def scenario_mismatch(rank, world, group):
     hf.enable(model, group, SHARD_ALL, cp_size=world + 1)
     omni = _raised(lambda: model.get_image_features(pv, grid))
     visual = fm.glm4v_moe_vision()
-    grid = torch.tensor(GLM_GRID)
+    grid = torch.tensor(fm.GLM_GRID)
     hf.enable(visual, group, SHARD_ALL, cp_size=world + 1)
     glm = _raised(lambda: visual(fm.pixels(grid, fm.GLM_FEATURES), grid_thw=grid))
     return {"omni": omni, "glm": glm}
@@ -257,7 +256,7 @@ class _Tiny:
     def __init__(self, family, dtype):
         if family == "glm4v":
             model, visual = fm.glm4v_model()
-            grid = torch.tensor(GLM_GRID)
+            grid = torch.tensor(fm.GLM_GRID)
             ids, mm = fm.glm4v_prompt(grid)
             self.inputs = dict(input_ids=ids, pixel_values=fm.pixels(grid, fm.GLM_FEATURES), image_grid_thw=grid,
                                mm_token_type_ids=mm)  # fmt: skip
@@ -274,7 +273,7 @@ class _Tiny:
             self.plan = lambda world: _image_plan(model, thw, world)
         else:
             model = fm.paddleocr_model()
-            grid = torch.tensor(GLM_GRID)
+            grid = torch.tensor(fm.GLM_GRID)
             ids, mm = fm.paddleocr_prompt(grid)
             pv = fm.pixels(grid, 3 * 4 * 4).reshape(-1, 3, 4, 4)  # the processor's [patches, C, p, p]
             self.inputs = dict(input_ids=ids, pixel_values=pv, image_grid_thw=grid, mm_token_type_ids=mm)

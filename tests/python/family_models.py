@@ -27,6 +27,7 @@ GLM_VISION = dict(
     image_size=16, temporal_patch_size=2, spatial_merge_size=2, in_channels=3,
 )  # fmt: skip
 GLM_FEATURES = 3 * 2 * 4 * 4
+GLM_GRID = [[1, 4, 6], [1, 2, 2], [1, 6, 4], [1, 8, 8], [1, 4, 4]]  # five images, 33 image tokens
 OMNI_IMAGE_TOKEN = 3
 OMNI_PREFIX = 2 + 3  # cls + register tokens per image
 OMNI_FEATURES = 3 * 4 * 4
