@@ -23,9 +23,9 @@ def summarize(ranks: list[dict], sharded: bool, dedup: bool = False, dp: int = 1
     # distinct one); the replicated arm gathers nothing.
     gathers = sharded and (cp > 1 or pooled)
     rows = "distinct_visual_rows" if sharded and dedup else "visual_rows"
-    received = [[r[rows][i] * row_bytes if gathers else 0 for r in ranks] for i in range(steps)]
     if sharded and "routed_rows" in ranks[0]:  # gather owner: each rank got its tokens' rows only
-        received = [[r["routed_rows"][i] * row_bytes for r in ranks] for i in range(steps)]
+        rows = "routed_rows"
+    received = [[r[rows][i] * row_bytes if gathers else 0 for r in ranks] for i in range(steps)]
 
     def job(key: str) -> list:
         return [sum(r[key][i] for r in replicas) for i in range(steps)]

@@ -175,6 +175,30 @@ def _pad(x: torch.Tensor, pad: int, dim: int, value: Any = 0) -> torch.Tensor:
     return torch.cat([x, x.new_full(shape, value)], dim=dim)
 
 
+def local_position_ids(
+    position_ids: torch.Tensor | None, fwd: _Forward, b: int, s: int, device: torch.device
+) -> torch.Tensor:
+    """This rank's position ids ([..., B, local]) of the whole sequence's ([..., B, S]; None: text
+    only, which transformers would count from 0 on the local rows): continued over the end
+    padding (never attended: it comes last), then cut at `fwd.positions`."""
+    if position_ids is None:
+        position_ids = torch.arange(s, device=device).expand(b, s)
+    pad = int(fwd.order.numel()) - s
+    if pad:
+        step = torch.arange(1, pad + 1, device=position_ids.device)
+        position_ids = torch.cat([position_ids, position_ids[..., -1:] + step], dim=-1)
+    return position_ids[..., fwd.positions.to(position_ids.device)]
+
+
+def owner_of_positions(fwd: _Forward) -> torch.Tensor:
+    """The CP rank holding each position of the padded sequence (int64 [padded], CPU): the
+    gathered order is rank-major, each rank's rows equally many."""
+    cp, padded = fwd.cp_size, int(fwd.order.numel())
+    owners = torch.empty(padded, dtype=torch.int64)
+    owners[fwd.order.cpu()] = torch.arange(cp).repeat_interleave(padded // cp)
+    return owners
+
+
 def _refuse(attention_mask: Any, cache: Any, kwargs: dict) -> None:
     """What the CP forward does not support, refused before any collective (the same on every
     rank, whose inputs are the same)."""
@@ -233,12 +257,7 @@ def _lm_forward(
         fwd = state.layout(s, inputs_embeds.device, agree)
         pad = int(fwd.order.numel()) - s
         embeds = _pad(inputs_embeds, pad, dim=1)[:, fwd.positions]
-        if position_ids is None:  # text only: transformers would count from 0 on the local rows
-            position_ids = torch.arange(s, device=inputs_embeds.device).expand(b, s)
-        if pad:  # padding continues the positions (it is never attended: it comes last)
-            step = torch.arange(1, pad + 1, device=position_ids.device)
-            position_ids = torch.cat([position_ids, position_ids[..., -1:] + step], dim=-1)
-        position_ids = position_ids[..., fwd.positions]
+        position_ids = local_position_ids(position_ids, fwd, b, s, inputs_embeds.device)
         extra = {}
         if deepstack_visual_embeds is not None:
             extra = _deepstack(fwd, pad, visual_pos_masks, deepstack_visual_embeds)

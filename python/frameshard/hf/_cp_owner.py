@@ -251,9 +251,7 @@ def owner_forward(mm: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     whole_ids = _whole_positions(mm, named, input_ids, width)  # before any collective
     agree = torch.tensor([b, s, int(embed.weight.shape[-1])], dtype=torch.int64)
     fwd = cp_state.layout(s, embed.weight.device, agree)
-    positions, cp = fwd.positions, fwd.cp_size
-    padded = int(fwd.order.numel())
-    pad = padded - s
+    positions, pad = fwd.positions, int(fwd.order.numel()) - s
 
     # The split: this rank's token ids (padding -1), embedded alone; padding rows are zeros.
     ids = _cp._pad(input_ids, pad, dim=1, value=-1)[:, positions.to(input_ids.device)]
@@ -261,10 +259,7 @@ def owner_forward(mm: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     embeds = embed(ids.clamp(min=0))
     embeds = torch.where(valid.to(embeds.device), embeds, torch.zeros((), dtype=embeds.dtype, device=embeds.device))
 
-    # The owner of every position: the rank whose chunks hold it (the same split as the layout).
-    owner_of = torch.empty(padded, dtype=torch.int64)
-    for r in range(cp):
-        owner_of[_cp.chunk_positions(s, cp, r, cp_state.split)] = r
+    owner_of = _cp.owner_of_positions(fwd)  # the rank whose chunks hold each position
     stats = Stats(embeds_rows=int(embeds.shape[0] * embeds.shape[1]))
     stats.embeds_bytes = int(embeds.numel()) * embeds.element_size()
     placeholders = _placeholder_masks(mm, input_ids, width)
@@ -290,13 +285,7 @@ def owner_forward(mm: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if len(rows) > 1:
             deepstack[modality] = rows[1:]
 
-    # The whole sequence's position ids, continued over the padding, then cut.
-    if whole_ids is None:  # text only: the language model would count from 0 on the local rows
-        whole_ids = torch.arange(s, device=input_ids.device).expand(b, s)
-    if pad:
-        step = torch.arange(1, pad + 1, device=whole_ids.device)
-        whole_ids = torch.cat([whole_ids, whole_ids[..., -1:] + step], dim=-1)
-    position_ids = whole_ids[..., positions.to(whole_ids.device)]
+    position_ids = _cp.local_position_ids(whole_ids, fwd, b, s, input_ids.device)
 
     state.last = stats
     call = dict(named)
