@@ -6,8 +6,12 @@ namespace frameshard {
 namespace bench {
 
 void add_timing_options(CLI::App& app, TimingOptions& options) {
+  app.add_option("--device", options.device)
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("--dtype", options.dtype)
-      ->check(CLI::IsMember({"float32", "bfloat16"}));
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
   app.add_option("--repeats", options.repeats)->check(CLI::PositiveNumber);
   app.add_option("--warmup", options.warmup)->check(CLI::NonNegativeNumber);
 }

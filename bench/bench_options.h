@@ -1,5 +1,6 @@
 // Options the timing programs share (frameshard_tower_bench,
-// frameshard_vision_ab): dtype, repeats, warm-up runs, and parsing that
+// frameshard_vision_ab, frameshard_scale_sim): device, dtype, repeats, warm-up
+// runs, and parsing that
 // prints --help or the error and exits (0 or 2).
 //
 // Usage:
@@ -20,9 +21,10 @@ struct TimingOptions {
   std::string dtype = "float32";  // float32 | bfloat16
   int repeats = 3;                // timed runs (the median is reported)
   int warmup = 1;                 // untimed runs first
+  std::string device = "cpu";     // cpu | cuda
 };
 
-/// --dtype, --repeats, --warmup, validated.
+/// --device, --dtype, --repeats, --warmup, validated.
 void add_timing_options(CLI::App& app, TimingOptions& options);
 
 /// app.parse; on --help prints it and exits 0, on an error prints it and

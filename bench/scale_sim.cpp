@@ -14,12 +14,19 @@
 // no contention), the gather is bytes / bandwidth (the slowest receiving
 // rank's unpadded bytes), and nothing else of a training step is included.
 //
-// The last column, `split`, is the optimal partitioner with split_frames:
-// a piece runs its queries against its whole frame (tools/tower_timing.h's
+// The arm `split` is the optimal partitioner with split_frames: a piece
+// runs its queries against its whole frame (tools/tower_timing.h's
 // standin_exchange pads its keys to the frame), and the K/V rows it would
-// receive are added to its time at the same bandwidth.
+// receive are added to its time at the same bandwidth. With --cost-alpha
+// FILE (a `frameshard calibrate` file) every arm is planned a second time
+// with that cost. The per-rank mode is scale_sim_shares.h.
 //
-// The tower and the timing are tools/tower_timing.h's, shared with
+// Batches: --preset (the core's presets), --workload (JSON files of
+// grid_thw), --manifest (the first --samples samples of a JSONL manifest
+// under the --family processor rule); each scaled by --scale. --device
+// cuda times on GPU 0 (synchronised wall time), --dtype bfloat16 in bf16,
+// --width 0 is the family's released width, --json FILE writes every
+// figure. The tower and the timing are tools/tower_timing.h's, shared with
 // `frameshard calibrate`.
 //
 // --mesh-dp D (with --manifest files and one --cp C): the mesh mode of
@@ -27,26 +34,32 @@
 // mesh_dims [cp] and [dp, cp], the step-level vision bottleneck of each.
 //
 // Usage: frameshard_scale_sim [--family qwen3-vl] [--width 256] [--depth 2]
-//          [--preset mixed ...] [--scale 0] [--max-patches 8192]
+//          [--preset mixed ...] [--workload F.json ...] [--manifest M.jsonl
+//          ... --samples 8] [--scale 0] [--max-patches 8192]
 //          [--cp 2 --cp 4 ...] [--bandwidth-gbps 25] [--repeats 1]
+//          [--device cpu|cuda] [--dtype float32|bfloat16]
+//          [--cost-alpha cal.txt] [--json out.json]
 //        frameshard_scale_sim --mesh-dp 8 --cp 8 --manifest M.jsonl ...
 //          [--samples-per-replica 2] [--steps 3] [--scale 4]
+#include <frameshard/error.h>
+#include <frameshard/media_manifest.h>
 #include <frameshard/models/cost_bridge.h>
-#include <frameshard/models/qwen_factory.h>
-#include <frameshard/partition.h>
-#include <frameshard/plan.h>
-#include <frameshard/runtime/encode.h>
+#include <frameshard/workload.h>
 
+#include "dtype_option.h"
 #include "scale_sim_mesh.h"
+#include "scale_sim_shares.h"
 #include "tower_timing.h"
 #include "verify_workload.h"
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -55,113 +68,137 @@ namespace {
 using namespace frameshard;
 
 struct Args {
-  std::string family = "qwen3-vl";
-  int64_t width = 256;
-  int64_t depth = 2;
-  std::vector<std::string> presets{"mixed"};
+  cli::TowerSpec tower;  // qwen3-vl, width 256, depth 2
+  std::string dtype = "float32";
+  std::vector<std::string> presets;
+  std::vector<std::string> workloads;
+  std::vector<std::string> manifests;
+  int64_t samples = 8;
   int64_t scale = 0;
   int64_t max_patches = 8192;
   std::vector<int64_t> cps{2, 4, 8, 16, 32, 64};
   double bandwidth_gbps = 25.0;
   int repeats = 1;
+  std::string cost_alpha;
+  std::string json;
 };
 
-void simulate_preset(
-    const Args& a,
-    const std::string& preset,
-    const models::QwenVisionModel& m) {
-  cli::WorkloadRequest req;
-  req.preset = preset;
-  req.scale = a.scale;
-  req.max_patches = a.max_patches;
-  const cli::ResolvedWorkload wl = cli::resolve_workload(req);
-  const MediaLayout layout = models::media_layout(m.config);
-  const FrameSet frames = expand_frames(wl.workload.grid, layout);
-  const at::Tensor pixels = cli::random_pixels(m, wl.workload.grid);
-  const TowerInput all = whole_frames_input(pixels, wl.workload.grid);
-  cli::time_tower(m, all, {1, false});  // warm-up
-  const double t_rep = cli::time_tower(m, all, {a.repeats, false});
-  const int64_t row_bytes =
-      4 * m.config.out_hidden_size() *
-      static_cast<int64_t>(m.config.output_names().size());
-  std::printf(
-      "\n%s: %lld patch rows, %lld frame units, replicated %.3f s\n",
-      wl.display_label().c_str(),
-      static_cast<long long>(frames.total_patch_rows),
-      static_cast<long long>(frames.units.size()),
-      t_rep);
-  std::printf("%4s %6s", "cp", "ideal");
-  for (Partitioner p : all_partitioners()) {
-    std::printf("  %8s speedup imbal sum/rep", to_string(p).c_str());
-  }
-  std::printf("  %8s speedup imbal sum/rep", "split");
-  std::printf("\n");
-  const TowerDims dims = models::tower_dims(m.config);
-  // K and V of one row per full-attention layer, float32.
-  const int64_t kv_row_bytes = 2 * dims.hidden * 4 * dims.full_layers();
-  auto measure = [&](const ShardPlan& plan) {
-    const std::vector<double> times =
-        cli::time_rank_shares(m, plan, pixels, {a.repeats, false});
-    double slowest = 0.0, sum = 0.0, compute_max = 0.0;
-    int64_t received = 0;
-    for (size_t r = 0; r < times.size(); ++r) {
-      const double exchange = double(plan.ranks[r].exchange_rows) *
-                              double(kv_row_bytes) / (a.bandwidth_gbps * 1e9);
-      slowest = std::max(slowest, times[r] + exchange);
-      compute_max = std::max(compute_max, times[r]);
-      sum += times[r];
-      received =
-          std::max(received, frames.total_tokens - plan.gather_counts[r]);
-    }
-    const double gather =
-        double(received * row_bytes) / (a.bandwidth_gbps * 1e9);
-    std::printf(
-        "  %8s %7.2f %5.2f %7.2f",
-        "",
-        t_rep / (slowest + gather),
-        compute_max / (sum / double(times.size())),
-        sum / t_rep);
+struct Batch {
+  std::string label;
+  std::vector<GridThw> grid;
+};
+
+// The presets and workload files (resolve_workload's scaling), then the
+// manifests' first samples (scaled by --scale, or 4 when it is 0).
+std::vector<Batch> batches(const Args& a, const MediaLayout& layout) {
+  std::vector<Batch> out;
+  auto add = [&](cli::WorkloadRequest req) {
+    req.scale = a.scale;
+    req.max_patches = a.max_patches;
+    const cli::ResolvedWorkload wl = cli::resolve_workload(req);
+    out.push_back({wl.display_label(), wl.workload.grid});
   };
-  for (int64_t cp : a.cps) {
-    std::printf(
-        "%4lld %6lld", static_cast<long long>(cp), static_cast<long long>(cp));
-    PlanOptions o;
-    o.world = cp;
-    o.layout = layout;
-    o.cost = flop_cost_model(dims);
-    o.policy.enabled = true;
-    o.policy.min_tokens = 0;
-    o.policy.min_frames = 0;
-    for (Partitioner p : all_partitioners()) {
-      o.partitioner = p;
-      measure(make_plan(wl.workload.grid, o));
+  for (const std::string& p : a.presets) {
+    cli::WorkloadRequest req;
+    req.preset = p;
+    add(req);
+  }
+  for (const std::string& f : a.workloads) {
+    cli::WorkloadRequest req;
+    req.file = f;
+    add(req);
+  }
+  for (const std::string& f : a.manifests) {
+    const auto samples = load_media_manifest(f, processor_rule(a.tower.family));
+    Workload wl;
+    wl.layout = layout;
+    const size_t n = std::min(samples.size(), static_cast<size_t>(a.samples));
+    for (size_t i = 0; i < n; ++i) {
+      wl.grid.insert(
+          wl.grid.end(), samples[i].grid.begin(), samples[i].grid.end());
     }
-    o.partitioner = Partitioner::kOptimal;
-    o.split.enabled = true;
-    o.split.window_side = models::split_window_side(m.config);
-    measure(make_plan(wl.workload.grid, o));
-    std::printf("\n");
-    std::fflush(stdout);
+    const int64_t s = a.scale > 0 ? a.scale : 4;
+    out.push_back(
+        {f + ": samples 0 to " + std::to_string(n - 1) + ", h and w / " +
+             std::to_string(s),
+         scale_workload(wl, s).grid});
+  }
+  if (out.empty()) {
+    cli::WorkloadRequest req;
+    req.preset = "mixed";
+    add(req);
+  }
+  return out;
+}
+
+void run_shares(const Args& a, const models::QwenVisionModel& m) {
+  bench::SharesRequest req;
+  req.cps = a.cps;
+  req.bandwidth_gbps = a.bandwidth_gbps;
+  req.repeats = a.repeats;
+  req.cost_alpha = a.cost_alpha;
+  std::printf(
+      "scale simulation: %s width %lld depth %lld, %s on %s, one rank's "
+      "share at a time, gather and K/V exchange at %.0f GB/s; speedup = "
+      "replicated / (slowest rank + its exchange + gather), imbal = slowest "
+      "/ mean rank, sum/rep = sum of the rank times / replicated\n",
+      models::tower_dims(m.config).name.c_str(),
+      static_cast<long long>(models::tower_dims(m.config).hidden),
+      static_cast<long long>(models::tower_dims(m.config).depth),
+      cli::timing_dtype_name(m).c_str(),
+      cli::timing_device_name(m).c_str(),
+      a.bandwidth_gbps);
+  nlohmann::json j = {
+      {"family", a.tower.family},
+      {"width", models::tower_dims(m.config).hidden},
+      {"depth", models::tower_dims(m.config).depth},
+      {"device", cli::timing_device_name(m)},
+      {"dtype", cli::timing_dtype_name(m)},
+      {"bandwidth_gbps", a.bandwidth_gbps},
+      {"calibration", a.cost_alpha},
+      {"batches", nlohmann::json::array()}};
+  for (const Batch& b : batches(a, models::media_layout(m.config))) {
+    j["batches"].push_back(bench::simulate_shares(req, b.label, b.grid, m));
+  }
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    FRAMESHARD_CHECK(
+        f.good(),
+        "scale_sim",
+        "--json: expected a writable file, got \"",
+        a.json,
+        "\"");
+    f << j.dump(1) << "\n";
   }
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Args a;
-  CLI::App app{
-      "Scale simulation: each CP rank's share of the vision work, "
-      "timed one rank after another"};
-  app.add_option("--family", a.family)
+namespace {
+
+void add_options(CLI::App& app, Args& a, bench::MeshSimArgs& mesh) {
+  app.add_option("--family", a.tower.family)
       ->check(CLI::IsMember(cli::timing_tower_families()))
       ->capture_default_str();
-  app.add_option("--width", a.width)
+  app.add_option("--width", a.tower.width, "0: the released width")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--depth", a.tower.depth)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--depth", a.depth)
-      ->check(CLI::PositiveNumber)
+  app.add_option("--device", a.tower.device)
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("--preset", a.presets, "doc, multi, video, mixed")
+  app.add_option("--dtype", a.dtype)
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
+  app.add_option("--preset", a.presets, "doc, multi, video, mixed");
+  app.add_option("--workload", a.workloads, "JSON workload files (grid_thw)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--manifest", a.manifests, "JSONL manifests")
+      ->check(CLI::ExistingFile);
+  app.add_option("--samples", a.samples, "Per-rank mode: manifest samples")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--scale", a.scale, "h and w divided by S (0: automatic)");
   app.add_option(
@@ -178,12 +215,15 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", a.repeats)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  bench::MeshSimArgs mesh;
+  app.add_option(
+      "--cost-alpha",
+      a.cost_alpha,
+      "A calibrate file: per-rank mode, a second set of plans with it; mesh "
+      "mode, cost_alpha of both plans");
+  app.add_option("--json", a.json, "Per-rank mode: write every figure");
   app.add_option(
          "--mesh-dp", mesh.dp, "Mesh mode: DP replicas (scale_sim_mesh.h)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--manifest", mesh.manifests, "Mesh mode: JSONL manifests")
-      ->check(CLI::ExistingFile);
   app.add_option("--samples-per-replica", mesh.samples_per_replica)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -196,39 +236,43 @@ int main(int argc, char** argv) {
       "--auto",
       mesh.choose,
       "Mesh mode: policy auto's per-step choice of mesh or CP-only");
-  app.add_option(
-      "--cost-alpha",
-      mesh.cost_alpha,
-      "Mesh mode: cost_alpha of both plans (e.g. a calibrate file)");
   app.add_option("--mesh-min-gain", mesh.min_gain, "Mesh mode with --auto")
       ->check(CLI::Range(0.0, 0.999))
       ->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  bench::MeshSimArgs mesh;
+  CLI::App app{
+      "Scale simulation: each CP rank's share of the vision work, "
+      "timed one rank after another"};
+  add_options(app, a, mesh);
   CLI11_PARSE(app, argc, argv);
-  at::set_num_threads(1);
-  torch::manual_seed(0);
-  const models::QwenVisionModel m =
-      cli::make_timing_tower({a.family, a.width, a.depth, ""});
-  if (app.count("--mesh-dp") > 0) {
-    mesh.family = a.family;
+  try {
+    at::set_num_threads(1);
+    torch::manual_seed(0);
+    a.tower.dtype = cli::parse_dtype_option(
+        a.dtype, "scale_sim", {at::kFloat, at::kBFloat16});
+    const models::QwenVisionModel m = cli::make_timing_tower(a.tower);
+    if (app.count("--mesh-dp") == 0) {
+      run_shares(a, m);
+      return 0;
+    }
+    mesh.family = a.tower.family;
+    mesh.manifests = a.manifests;
+    mesh.cost_alpha = a.cost_alpha;
     mesh.cp = a.cps.size() == 1 ? a.cps[0] : 8;
     mesh.scale = a.scale > 0 ? a.scale : 4;
     mesh.bandwidth_gbps = a.bandwidth_gbps;
     mesh.repeats = a.repeats;
+    mesh.cpu_clock = a.tower.device == "cpu";
     bench::simulate_mesh(mesh, m);
     return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "frameshard_scale_sim: %s\n", e.what());
+    return 2;
   }
-  std::printf(
-      "scale simulation: %s width %lld depth %lld, 1 thread per "
-      "rank, gather and K/V exchange at %.0f GB/s; speedup = replicated / "
-      "(slowest rank + its exchange + gather), imbal = slowest / mean rank, "
-      "sum/rep = sum of "
-      "the rank times / replicated\n",
-      a.family.c_str(),
-      static_cast<long long>(a.width),
-      static_cast<long long>(a.depth),
-      a.bandwidth_gbps);
-  for (const auto& p : a.presets) {
-    simulate_preset(a, p, m);
-  }
-  return 0;
 }

@@ -82,7 +82,7 @@ Bottleneck cp_only(
     }
     const ShardPlan plan = make_plan(grid, o);
     const auto t = cli::time_rank_shares(
-        m, plan, cli::random_pixels(m, grid), {a.repeats, false, true});
+        m, plan, cli::random_pixels(m, grid), {a.repeats, false, a.cpu_clock});
     for (size_t r = 0; r < t.size(); ++r) {
       const int64_t in =
           plan.sharded() ? plan.frames.total_tokens - plan.gather_counts[r] : 0;
@@ -122,7 +122,10 @@ Bottleneck mesh(
     pooled.insert(pooled.end(), g.begin(), g.end());
   }
   const auto t = cli::time_rank_shares(
-      m, mp.plan, cli::random_pixels(m, pooled), {a.repeats, false, true});
+      m,
+      mp.plan,
+      cli::random_pixels(m, pooled),
+      {a.repeats, false, a.cpu_clock});
   const int64_t pixel_row = 4 * m.config.in_features();
   for (int64_t r = 0; r < a.dp * a.cp; ++r) {
     int64_t in = 0;

@@ -34,6 +34,7 @@ struct MeshSimArgs {
   int64_t scale = 4;  // h and w divided by this (a CPU runs the tower)
   double bandwidth_gbps = 25.0;
   int repeats = 1;
+  bool cpu_clock = true;  // process CPU time; false: wall (a GPU)
   /// Split frames (within a replica under [cp], across replicas on the
   /// mesh) and the per-step choice of policy auto (mesh_plan.h).
   bool split = false;

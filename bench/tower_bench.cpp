@@ -7,8 +7,10 @@
 // Usage:
 //   frameshard_tower_bench --model-dir DIR --inputs in.safetensors
 //       [--dtype float32|bfloat16] [--threads 2] [--repeats 3] [--warmup 1]
+//       [--device cpu|cuda]
 // Prints one JSON object: {"forward_ms": [...], "forward_backward_ms": [...],
-// "rows": R, "tokens": T, "torch": "2.15.0", "threads": N}.
+// "rows": R, "tokens": T, "torch": "2.15.0", "threads": N, "device": D}.
+// On cuda (GPU 0) each timed call is bracketed by a device synchronize.
 
 #include <frameshard/models/qwen_vision.h>
 #include <frameshard/models/safetensors.h>
@@ -49,6 +51,14 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// Waits for the GPU's queued kernels (a no-op on the CPU), so that the
+// wall clock measures them rather than their launch.
+void settle(const at::Tensor& t) {
+  if (t.is_cuda()) {
+    torch::cuda::synchronize(t.device().index());
+  }
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now() - t0)
@@ -68,9 +78,11 @@ int run(const Args& a) {
   frameshard::models::QwenLoadOptions lo;
   lo.dtype = a.timing.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   auto model = frameshard::models::load_qwen_vision(a.model_dir, lo);
+  const c10::Device device(a.timing.device);
+  model.module->to(device);
   auto inputs = frameshard::models::load_safetensors(a.inputs);
-  at::Tensor pixels = inputs.at("pixel_values").to(lo.dtype);
-  at::Tensor grid = inputs.at("grid_thw").to(at::kLong);
+  at::Tensor pixels = inputs.at("pixel_values").to(device, lo.dtype);
+  at::Tensor grid = inputs.at("grid_thw").to(device, at::kLong);
 
   auto store = c10::make_intrusive<c10d::HashStore>();
   auto pg = frameshard::make_gloo_group(store, 0, 1);
@@ -83,13 +95,16 @@ int run(const Args& a) {
   for (int i = 0; i < a.timing.warmup + a.timing.repeats; ++i) {
     {
       torch::NoGradGuard no_grad;
+      settle(pixels);
       const auto t0 = std::chrono::steady_clock::now();
       auto res = frameshard::encode(model.tower, pixels, grid, pg, eo);
       tokens = res.outputs[0].size(0);
+      settle(pixels);
       if (i >= a.timing.warmup) {
         fwd.push_back(ms_since(t0));
       }
     }
+    settle(pixels);
     const auto t0 = std::chrono::steady_clock::now();
     auto res = frameshard::encode(model.tower, pixels, grid, pg, eo);
     at::Tensor loss = res.outputs[0].to(at::kFloat).square().mean();
@@ -97,6 +112,7 @@ int run(const Args& a) {
       loss = loss + res.outputs[k].to(at::kFloat).square().mean();
     }
     loss.backward();
+    settle(pixels);
     if (i >= a.timing.warmup) {
       fwd_bwd.push_back(ms_since(t0));
     }
@@ -108,7 +124,8 @@ int run(const Args& a) {
   print_list("forward_backward_ms", fwd_bwd);
   std::cout << ", \"rows\": " << pixels.size(0) << ", \"tokens\": " << tokens
             << ", \"threads\": " << at::get_num_threads() << ", \"torch\": \""
-            << TORCH_VERSION << "\"}" << std::endl;
+            << TORCH_VERSION << "\", \"device\": \"" << a.timing.device << "\"}"
+            << std::endl;
   return 0;
 }
 

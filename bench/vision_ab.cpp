@@ -60,7 +60,6 @@ struct Args {
   int64_t width = 0;  // 0: the released width
   cli::WorkloadRequest workload;
   int world = 2;
-  std::string device = "cpu";
   bool split_frames = false;
   bench::TimingOptions timing{"bfloat16"};
 };
@@ -82,36 +81,9 @@ Args parse(int argc, char** argv) {
   app.add_option("--seed", a.workload.seed);
   app.add_option("--scale", a.workload.scale)->check(CLI::NonNegativeNumber);
   app.add_option("--world", a.world)->check(CLI::PositiveNumber);
-  app.add_option("--device", a.device)->check(CLI::IsMember({"cpu", "cuda"}));
   bench::add_timing_options(app, a.timing);
   bench::parse_or_exit(app, argc, argv);
   return a;
-}
-
-/// The family's released width (HF defaults) at `depth` layers.
-models::QwenVisionConfig tower_config(const std::string& family, int64_t d) {
-  if (family == "qwen2-vl") {
-    models::Qwen2VLVisionConfig c;
-    c.depth = d;
-    return c;
-  }
-  if (family == "qwen2.5-vl") {
-    models::Qwen2_5VLVisionConfig c;
-    c.depth = d;
-    c.hidden_size = 1280;  // the released checkpoints' width
-    c.fullatt_block_indexes = {d - 1};
-    return c;
-  }
-  if (family == "qwen3-vl") {
-    models::Qwen3VLVisionConfig c;
-    c.depth = d;
-    c.deepstack_visual_indexes = {0};
-    return c;
-  }
-  throw std::invalid_argument(
-      "expected --family qwen2-vl, qwen2.5-vl or "
-      "qwen3-vl, got " +
-      family);
 }
 
 double elapsed_ms(std::chrono::steady_clock::time_point t0) {
@@ -278,10 +250,10 @@ int run(const Args& a) {
   const cli::ResolvedWorkload wl = cli::resolve_workload(a.workload);
   const models::QwenVisionConfig cfg =
       a.width > 0 ? cli::small_tower_config(a.family, a.width, a.depth)
-                  : tower_config(a.family, a.depth);
+                  : cli::released_tower_config(a.family, a.depth);
   const at::ScalarType dtype =
       a.timing.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-  if (a.device == "cpu") {
+  if (a.timing.device == "cpu") {
     at::set_num_threads(1);  // one core per rank
   }
   std::vector<RankWork> work(a.world);
@@ -308,13 +280,13 @@ int run(const Args& a) {
   std::pair<double, double> gather{0, 0};
   std::vector<int64_t> counts;
   testing::RunRanksOptions ro;
-  ro.device = a.device;
+  ro.device = a.timing.device;
   ro.timeout = std::chrono::minutes(10);
   ro.hang_limit = std::chrono::minutes(30);
   testing::run_ranks(
       a.world,
       [&](int rank, ProcessGroupPtr pg) {
-        const c10::Device dev = a.device == "cuda"
+        const c10::Device dev = a.timing.device == "cuda"
                                     ? testing::cuda_rank_device(rank, a.world)
                                     : c10::Device(c10::kCPU);
         RankWork& w = work[rank];
@@ -351,7 +323,7 @@ int run(const Args& a) {
       static_cast<long long>(models::tower_dims(cfg).hidden),
       static_cast<long long>(a.depth),
       a.timing.dtype.c_str(),
-      a.device.c_str(),
+      a.timing.device.c_str(),
       a.world,
       wl.display_label().c_str(),
       static_cast<long long>(frames.total_patch_rows),
@@ -364,7 +336,7 @@ int run(const Args& a) {
       sh_ms,
       sh_ms / rep_ms,
       sharded.split ? "   (frames split across ranks)" : "");
-  if (a.device == "cuda") {
+  if (a.timing.device == "cuda") {
     std::printf(
         "    peak allocated per rank: replicated %.1f MiB, sharded %.1f MiB, "
         "ratio %.3f\n",
@@ -387,7 +359,7 @@ int run(const Args& a) {
       {"depth", a.depth},
       {"width", models::tower_dims(cfg).hidden},
       {"dtype", a.timing.dtype},
-      {"device", a.device},
+      {"device", a.timing.device},
       {"world", a.world},
       {"workload", wl.display_label()},
       {"patch_rows", frames.total_patch_rows},

@@ -3,8 +3,9 @@
 # here (Debian bookworm with its mirror and PyPI) to be carried there (no
 # network on it; at most 64 MiB travel with the working tree):
 #   .gpu-deps/  the Debian development packages of the C++ build (yaml-cpp,
-#               CLI11, nlohmann-json, GoogleTest, Google Benchmark), as .debs
-#               that gpu-check.sh unpacks aside (measured 1.7 MB);
+#               CLI11, nlohmann-json, GoogleTest, Google Benchmark, and gloo's
+#               headers for the C++ Gloo groups, which PyPI's torch lacks), as
+#               .debs that gpu-check.sh unpacks aside (measured 1.9 MB);
 #   .whl/       the wheels of the Python package's build for that machine's
 #               Python 3.12 (pyproject.toml's build-system pins: scikit-build-core,
 #               nlohmann-json, cmeel-yaml-cpp, and what they require there that
@@ -17,7 +18,7 @@ python=${FRAMESHARD_PYTHON:-$root/.venv/bin/python}
 mkdir -p "$root/.gpu-deps" "$root/.whl"
 cd "$root/.gpu-deps"
 apt-get download libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev nlohmann-json3-dev \
-  libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian libgloo-dev
 wheels=(scikit-build-core==1.1.2 nlohmann-json==3.12.0 cmeel-yaml-cpp==0.8.0 cmeel==0.62.0
   importlib-resources==7.1.0)
 "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -9,6 +9,7 @@
 //   # then in the YAML: cost_alpha: cal.txt
 #include "calibrate_check.h"
 #include "commands.h"
+#include "dtype_option.h"
 #include "tower_timing.h"
 
 #include <frameshard/calibrate.h>
@@ -17,6 +18,7 @@
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -37,8 +39,10 @@ struct CalibrateArgs {
   std::vector<int64_t> sizes{64, 144, 256, 576, 1024, 2304, 4096};
   int repeats = 3;
   int threads = 1;
-  std::string clock = "cpu";
+  std::string clock = "auto";  // cpu on the CPU, wall on a GPU
+  std::string dtype = "float32";
   std::string out = "calibration.txt";
+  std::string json;  // --json: the figures, machine-readable
   bool check = false;
   CheckRequest request;
 };
@@ -88,8 +92,10 @@ std::string describe(const CalibrateArgs& a, const models::QwenVisionModel& m) {
   } else {
     os << a.tower.model_dir << " (" << models::tower_dims(m.config).name << ")";
   }
-  os << ", " << (a.forward_only ? "forward only" : "forward + backward")
-     << ", float32, " << a.threads << " CPU thread(s), median of " << a.repeats;
+  os << ", " << (a.forward_only ? "forward only" : "forward + backward") << ", "
+     << timing_dtype_name(m) << " on " << timing_device_name(m) << ", "
+     << a.threads << " CPU thread(s), " << (a.clock == "cpu" ? "CPU" : "wall")
+     << " clock, median of " << a.repeats;
   return os.str();
 }
 
@@ -160,7 +166,57 @@ std::string fit_report(
   return report.str();
 }
 
-void run_calibrate(const CalibrateArgs& a) {
+// --json: the fit, its samples and the check's summary, for scripts
+// (scripts/gpu-check.sh).
+void write_json(
+    const CalibrateArgs& a,
+    const models::QwenVisionModel& m,
+    const std::vector<TimingSample>& samples,
+    const QuadraticFit& fit,
+    const CheckSummary* check) {
+  nlohmann::json j = {
+      {"device", timing_device_name(m)},
+      {"dtype", timing_dtype_name(m)},
+      {"tower", models::tower_dims(m.config).name},
+      {"width", models::tower_dims(m.config).hidden},
+      {"depth", models::tower_dims(m.config).depth},
+      {"clock", a.clock},
+      {"a", fit.model.a},
+      {"b", fit.model.b},
+      {"c", fit.model.c},
+      {"per_call_s", fit.per_call},
+      {"fit_max_error", fit.max_relative_error},
+      {"fit_rms_error", fit.rms_relative_error},
+      {"calibration_file", a.out}};
+  for (const TimingSample& s : samples) {
+    j["samples"].push_back(
+        {{"patch_rows", s.patch_rows},
+         {"frames", s.frames},
+         {"seconds", s.seconds}});
+  }
+  if (check != nullptr) {
+    j["check"] = {
+        {"max_abs_error", check->max_abs_error},
+        {"mean_abs_error", check->mean_abs_error},
+        {"plans_not_worse", check->plans_not_worse},
+        {"plans", check->plans}};
+  }
+  std::ofstream f(a.json);
+  FRAMESHARD_CHECK(
+      f.good(),
+      "calibrate",
+      "--json: expected a writable file, got \"",
+      a.json,
+      "\"");
+  f << j.dump(1) << "\n";
+}
+
+void run_calibrate(CalibrateArgs a) {
+  a.tower.dtype =
+      parse_dtype_option(a.dtype, "calibrate", {at::kFloat, at::kBFloat16});
+  if (a.clock == "auto") {
+    a.clock = a.tower.device == "cuda" ? "wall" : "cpu";
+  }
   at::set_num_threads(a.threads);
   torch::manual_seed(0);
   const models::QwenVisionModel m = make_timing_tower(a.tower);
@@ -183,11 +239,16 @@ void run_calibrate(const CalibrateArgs& a) {
   std::printf("wrote %s: %s\n", a.out.c_str(), fit.model.label.c_str());
   std::fflush(stdout);
 
+  CheckSummary check;
   if (a.check) {
     CheckRequest req = a.request;
     req.run = run;
     req.per_call = fit.per_call;
-    run_calibration_check(m, read_calibration(a.out, "--out"), flop, req);
+    check =
+        run_calibration_check(m, read_calibration(a.out, "--out"), flop, req);
+  }
+  if (!a.json.empty()) {
+    write_json(a, m, samples, fit, a.check ? &check : nullptr);
   }
 }
 
@@ -202,8 +263,8 @@ void register_calibrate_command(CLI::App& app) {
   cmd->add_option("--family", args->tower.family, "Reference tower family")
       ->check(CLI::IsMember(timing_tower_families()))
       ->capture_default_str();
-  cmd->add_option("--width", args->tower.width, "Tower width")
-      ->check(CLI::Range(int64_t{16}, int64_t{8192}))
+  cmd->add_option("--width", args->tower.width, "Tower width (0: released)")
+      ->check(CLI::Range(int64_t{0}, int64_t{8192}))
       ->capture_default_str();
   cmd->add_option("--depth", args->tower.depth, "Tower layers")
       ->check(CLI::Range(int64_t{1}, int64_t{128}))
@@ -229,11 +290,18 @@ void register_calibrate_command(CLI::App& app) {
   cmd->add_option(
          "--clock",
          args->clock,
-         "cpu: process CPU time (robust on a shared machine); wall: elapsed")
-      ->check(CLI::IsMember({"cpu", "wall"}))
+         "cpu: process CPU time (robust on a shared machine); wall: elapsed; "
+         "auto: cpu on the CPU, wall on a GPU")
+      ->check(CLI::IsMember({"auto", "cpu", "wall"}))
+      ->capture_default_str();
+  cmd->add_option("--device", args->tower.device, "Where the tower runs")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "The tower's dtype")
       ->capture_default_str();
   cmd->add_option("--out", args->out, "Calibration file to write")
       ->capture_default_str();
+  cmd->add_option("--json", args->json, "Also write the figures as JSON");
   cmd->add_flag(
       "--check",
       args->check,

@@ -1,5 +1,8 @@
 #include "tower_timing.h"
 
+#include "dtype_option.h"
+
+#include <frameshard/error.h>
 #include <frameshard/runtime/encode.h>
 
 #include <algorithm>
@@ -51,12 +54,70 @@ models::QwenVisionConfig small_tower_config(
       family + "\"");
 }
 
-models::QwenVisionModel make_timing_tower(const TowerSpec& spec) {
-  if (!spec.model_dir.empty()) {
-    return models::load_qwen_vision(spec.model_dir);
+models::QwenVisionConfig released_tower_config(
+    const std::string& family, int64_t depth) {
+  if (family == "qwen2-vl") {
+    models::Qwen2VLVisionConfig c;
+    c.depth = depth;
+    return c;
   }
-  return models::make_qwen_vision(
-      small_tower_config(spec.family, spec.width, spec.depth));
+  if (family == "qwen2.5-vl") {
+    models::Qwen2_5VLVisionConfig c;
+    c.depth = depth;
+    c.hidden_size = 1280;  // the released checkpoints' width
+    c.fullatt_block_indexes = {depth - 1};
+    return c;
+  }
+  if (family == "qwen3-vl") {
+    models::Qwen3VLVisionConfig c;
+    c.depth = depth;
+    c.deepstack_visual_indexes = {0};
+    return c;
+  }
+  return small_tower_config(family, 256, depth);  // its error names family
+}
+
+models::QwenVisionModel make_timing_tower(const TowerSpec& spec) {
+  FRAMESHARD_CHECK(
+      spec.device == "cpu" ||
+          (spec.device == "cuda" && torch::cuda::is_available()),
+      "timing_tower",
+      "expected --device cpu, or cuda on a machine where this torch sees a "
+      "GPU, got \"",
+      spec.device,
+      "\" (CUDA GPUs visible: ",
+      torch::cuda::device_count(),
+      ")");
+  models::QwenVisionModel m =
+      spec.model_dir.empty()
+          ? models::make_qwen_vision(
+                spec.width == 0
+                    ? released_tower_config(spec.family, spec.depth)
+                    : small_tower_config(spec.family, spec.width, spec.depth))
+          : models::load_qwen_vision(spec.model_dir);
+  m.module->to(c10::Device(spec.device), spec.dtype);
+  return m;
+}
+
+namespace {
+
+at::Tensor first_parameter(const models::QwenVisionModel& m) {
+  const std::vector<at::Tensor> params = m.module->parameters();
+  FRAMESHARD_CHECK(
+      !params.empty(),
+      "timing_tower",
+      "expected a tower with parameters, got none");
+  return params.front();
+}
+
+}  // namespace
+
+std::string timing_dtype_name(const models::QwenVisionModel& m) {
+  return dtype_option_name(first_parameter(m).scalar_type());
+}
+
+std::string timing_device_name(const models::QwenVisionModel& m) {
+  return first_parameter(m).is_cuda() ? "cuda" : "cpu";
 }
 
 namespace {
@@ -73,8 +134,17 @@ double now(bool cpu_clock) {
       .count();
 }
 
+// Waits for the device's queued kernels, so that the wall clock around a
+// call measures them (a no-op on the CPU).
+void settle(const TowerInput& in) {
+  if (in.pixel_values.is_cuda()) {
+    torch::cuda::synchronize(in.pixel_values.device().index());
+  }
+}
+
 double run_once(
     const models::QwenVisionModel& m, const TowerInput& in, TimingRun run) {
+  settle(in);
   const double start = now(run.cpu_clock);
   if (run.forward_only) {
     torch::NoGradGuard no_grad;
@@ -88,6 +158,7 @@ double run_once(
     }
     loss.backward();
   }
+  settle(in);
   return now(run.cpu_clock) - start;
 }
 
@@ -95,6 +166,11 @@ double run_once(
 
 double time_tower(
     const models::QwenVisionModel& m, const TowerInput& in, TimingRun run) {
+  FRAMESHARD_CHECK(
+      !(run.cpu_clock && in.pixel_values.is_cuda()),
+      "time_tower",
+      "expected the wall clock for a tower on a GPU (the process CPU time "
+      "does not see its kernels), got the CPU clock");
   std::vector<double> t;
   for (int r = 0; r < std::max(1, run.repeats); ++r) {
     t.push_back(run_once(m, in, run));
@@ -146,7 +222,8 @@ at::Tensor random_pixels(
   for (const GridThw& g : grid) {
     rows += g.patches();
   }
-  return at::randn({rows, m.config.in_features()});
+  return at::randn({rows, m.config.in_features()})
+      .to(first_parameter(m).options());
 }
 
 }  // namespace cli
