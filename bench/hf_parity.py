@@ -83,7 +83,9 @@ def rank_case(family, dtype, device, kind):
                 torch.cuda.synchronize()
             if enable:
                 hf.disable(visual)
-            return {"out%d" % i: o.detach() for i, o in enumerate(outs)}, worker_common.reduced_grads(visual, group)
+            # Gradients summed in float64 on the CPU: the comparison, not the reduction, is tested.
+            grads = worker_common.reduced_grads(visual, group, float64_cpu=True)
+            return {"out%d" % i: o.detach() for i, o in enumerate(outs)}, grads
 
         ref_out, ref_grads = step(copy.deepcopy(base), False)
         out, grads = step(base, True)

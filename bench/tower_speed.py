@@ -8,7 +8,7 @@ the same weights, inputs, dtype, device, thread count and torch:
 
   frameshard     --bin (build/bench/frameshard_tower_bench): load_qwen_vision +
                  frameshard::encode (the `frameshard encode` path), attention through torch's
-                 fused SDPA per frame; --device is passed on to it unless it is cpu
+                 fused SDPA per frame, on --device
   hf-<attn>      transformers' vision tower with attn_implementation=<attn>, for each of --attn
                  (default sdpa,eager; on cuda flash_attention_2 is added where
                  transformers.utils.is_flash_attn_2_available(): it needs bfloat16). One that
@@ -224,7 +224,7 @@ def run_family(family, spec, args, tmp):
         model.save_pretrained(model_dir)
         save_file({"pixel_values": pixels, "grid_thw": grid}, inputs)
         del model
-    device = ["--device", args.device] if args.device != "cpu" else []  # older binaries lack it
+    device = ["--device", args.device]
     out = subprocess.run(
         [
             args.bin,

@@ -30,13 +30,14 @@ def rank_weights(like, rank, salt):
     return torch.randn(like.shape, generator=gen, dtype=torch.float64).to(torch.bfloat16).to(like.dtype)
 
 
-def reduced_grads(module, group):
+def reduced_grads(module, group, float64_cpu=False):
     """{name: gradient SUM-all-reduced over the group} of every parameter of `module` (zeros for
-    a parameter without a gradient)."""
+    a parameter without a gradient); with float64_cpu, reduced as float64 CPU tensors (no bf16
+    rounding in the sum, and no device tensors through the group)."""
     grads = {}
     for name, p in module.named_parameters():
         g = p.grad if p.grad is not None else torch.zeros_like(p)
-        g = g.clone()
+        g = g.double().cpu() if float64_cpu else g.clone()
         dist.all_reduce(g, group=group)
         grads[name] = g
     return grads

@@ -226,6 +226,14 @@ inline int cuda_devices() {
   return static_cast<int>(torch::cuda::device_count());
 }
 
+/// A test body's first line where it needs a GPU: SKIPPED, with the reason,
+/// on a machine without one (scripts/gpu-check.sh runs them on one).
+#define FRAMESHARD_REQUIRE_CUDA()                                   \
+  if (::frameshard::testing::cuda_devices() == 0) {                 \
+    GTEST_SKIP() << "needs a CUDA device (this machine has none); " \
+                    "runs in scripts/gpu-check.sh";                 \
+  }
+
 /// Whether RunRanksOptions{device = "cuda"} gives `world` ranks NCCL.
 inline bool cuda_ranks_use_nccl(int world) {
 #ifdef FRAMESHARD_WITH_NCCL

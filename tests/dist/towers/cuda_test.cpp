@@ -23,16 +23,9 @@
 namespace frameshard {
 namespace {
 
-using testing::cuda_devices;
 using testing::cuda_rank_device;
 using testing::run_ranks;
 using testing::RunRanksOptions;
-
-#define FRAMESHARD_REQUIRE_CUDA()                                   \
-  if (cuda_devices() == 0) {                                        \
-    GTEST_SKIP() << "needs a CUDA device (this machine has none); " \
-                    "runs in scripts/gpu-check.sh";                 \
-  }
 
 RunRanksOptions cuda_ranks() {
   RunRanksOptions o;

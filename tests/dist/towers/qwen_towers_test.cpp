@@ -12,6 +12,10 @@
 // exchanged in every full-attention layer): one frame over 2-4 ranks, next
 // to whole frames, a video frame, float32, routed to the tokens' owners
 // (every family but RADIO, whose whole-frame tests run here too).
+// bfloat16 against verify's rule (a float64 run from the same rounded
+// values). The same checks on CUDA tensors (CudaRanksQwen, skipped without
+// a GPU; scripts/gpu-check.sh runs them): every rank on its GPU with NCCL,
+// or all on GPU 0 over Gloo; the reference stays on the CPU.
 
 #include <frameshard/models/cost_bridge.h>
 #include <frameshard/models/qwen_vision.h>
@@ -62,7 +66,18 @@ struct RunOptions {
   // holds (frameshard/owner_route.h) instead of the gather's every row;
   // rank q's loss then uses exactly those.
   bool route_to_owner = false;
+  // The ranks' towers and pixels on CUDA (testing::cuda_rank_device).
+  bool cuda = false;
 };
+
+frameshard::testing::RunRanksOptions ranks_options(bool cuda) {
+  frameshard::testing::RunRanksOptions o;
+  if (cuda) {
+    o.device = "cuda";
+    o.timeout = std::chrono::seconds(60);
+  }
+  return o;
+}
 
 ParityResult sharded_parity(
     const QwenVisionConfig& cfg,
@@ -81,6 +96,9 @@ ParityResult sharded_parity(
   // default exchange cost of a bf16 row at realistic widths.
   spec.plan.split.exchange_row_cost = 1.0;
   spec.dtype = opt.dtype;
+  // bfloat16: also a float64 run from the same rounded values (the rule of
+  // within_bf16_rule below).
+  spec.exact_reference = opt.dtype == at::kBFloat16;
   if (opt.route_to_owner) {
     spec.token_owner = frameshard::testing::spread_token_owners(
         expand_frames(grid, spec.plan.layout).total_tokens,
@@ -98,6 +116,9 @@ ParityResult sharded_parity(
                        parity::RankOptions& o) {
     auto counting = c10::make_intrusive<frameshard::testing::CountingGroup>(pg);
     o.encode_group = counting;
+    if (opt.cuda) {
+      o.device = frameshard::testing::cuda_rank_device(rank, world);
+    }
     o.after_encode = [&res, rank, counting] {
       res.alltoalls_forward[rank] = counting->alltoalls;
     };
@@ -108,7 +129,8 @@ ParityResult sharded_parity(
         const QwenVisionModel m = random_model(cfg, dtype, seed);
         return parity::module_instance(m.tower, m.module);
       },
-      customize);
+      customize,
+      ranks_options(opt.cuda));
   res.report = run.report;
   for (const auto& r : run.ranks) {
     res.rows_seen.push_back(r.figures.tower_rows);
@@ -274,6 +296,87 @@ TEST(QwenCp8, EightRanksMatchReplicatedFloat64WholeAndSplit) {
   expect_split_parity(cfg, {{1, 4, 4}, {1, 32, 16}, {2, 4, 4}}, 8, 81);
 }
 
+// ------------------------------------------------------------- bfloat16
+
+// `frameshard verify`'s bfloat16 rule, per output and parameter gradient:
+// ||sharded - replicated|| <= 3 ||replicated - exact|| + 2^-7 ||exact||
+// (Frobenius; exact: float64 from the same bf16 values), since bf16
+// reductions are themselves inexact and an element-wise bound is noise.
+void expect_within_bf16_rule(const parity::ParityReport& rep) {
+  auto check = [](const std::vector<parity::TensorDiff>& diffs) {
+    for (const parity::TensorDiff& d : diffs) {
+      EXPECT_GT(d.norm_exact, 0.0) << d.name << ": no exact run";
+      EXPECT_LE(d.norm_diff, 3.0 * d.norm_ref_error + d.norm_exact / 128.0)
+          << d.name << ": ||diff|| " << d.norm_diff << ", ||ref - exact|| "
+          << d.norm_ref_error << ", ||exact|| " << d.norm_exact;
+    }
+  };
+  check(rep.outputs);
+  check(rep.gradients);
+}
+
+TEST_P(PieceFamilyTest, BFloat16WholeAndSplitFramesWithinTheBf16Rule) {
+  const auto cfg = tiny_config(GetParam());
+  RunOptions opt;
+  opt.dtype = at::kBFloat16;
+  expect_within_bf16_rule(sharded_parity(cfg, kMixed, 2, 90, opt).report);
+  opt.split = true;
+  const auto r = sharded_parity(cfg, {{1, 24, 16}, {1, 4, 4}}, 3, 91, opt);
+  ASSERT_TRUE(r.report.plan.split) << "nothing was split";
+  expect_within_bf16_rule(r.report);
+}
+
+// ----------------------------------------------------------------- CUDA
+
+class CudaRanksQwen : public QwenFamilyTest {};
+
+// Cross-device float64 (other kernels, other reduction orders): 1e-10, not
+// the 1e-12 of CPU against CPU.
+void expect_cuda_parity(const ParityResult& r, const char* what) {
+  const parity::ParityReport& rep = r.report;
+  ASSERT_TRUE(rep.plan.sharded()) << what;
+  EXPECT_LE(rep.max_output_diff(), 1e-10) << what;
+  EXPECT_LE(
+      rep.max_gradient_diff(), 1e-10 * std::max(1.0, rep.gradient_scale()))
+      << what;
+  ASSERT_TRUE(rep.slice_only_diff.has_value()) << what;
+  EXPECT_GT(*rep.slice_only_diff, 1e-3) << what << ": losses must discriminate";
+}
+
+TEST_P(CudaRanksQwen, WholeSplitAndOwnerRoutedFramesMatchReplicatedFloat64) {
+  FRAMESHARD_REQUIRE_CUDA();
+  const auto cfg = tiny_config(GetParam());
+  RunOptions opt;
+  opt.cuda = true;
+  expect_cuda_parity(sharded_parity(cfg, kMixed, 2, 100, opt), "whole");
+  opt.split = true;
+  const std::vector<GridThw> grid = {{1, 4, 4}, {1, 24, 16}, {1, 8, 4}};
+  const auto split = sharded_parity(cfg, grid, 3, 101, opt);
+  ASSERT_TRUE(split.report.plan.split) << "nothing was split";
+  expect_cuda_parity(split, "split");
+  opt.route_to_owner = true;
+  expect_cuda_parity(sharded_parity(cfg, grid, 3, 102, opt), "owner");
+}
+
+TEST_P(CudaRanksQwen, BFloat16AndFloat32OnCudaWithinTheirBounds) {
+  FRAMESHARD_REQUIRE_CUDA();
+  const auto cfg = tiny_config(GetParam());
+  RunOptions opt;
+  opt.cuda = true;
+  opt.split = true;
+  opt.dtype = at::kBFloat16;
+  const std::vector<GridThw> grid = {{1, 24, 16}, {1, 4, 4}};
+  const auto bf16 = sharded_parity(cfg, grid, 3, 103, opt);
+  ASSERT_TRUE(bf16.report.plan.split) << "nothing was split";
+  expect_within_bf16_rule(bf16.report);
+  opt.dtype = at::kFloat;
+  const auto f32 = sharded_parity(cfg, grid, 3, 104, opt);
+  EXPECT_LE(f32.report.max_output_diff(), 1e-5);
+  EXPECT_LE(
+      f32.report.max_gradient_diff(),
+      1e-5 * std::max(1.0, f32.report.gradient_scale()));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Families,
     QwenFamilyTest,
@@ -286,6 +389,12 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     Families,
     PieceFamilyTest,
+    ::testing::Values(
+        QwenFamily::kQwen2VL, QwenFamily::kQwen2_5VL, QwenFamily::kQwen3VL),
+    family_name);
+INSTANTIATE_TEST_SUITE_P(
+    Families,
+    CudaRanksQwen,
     ::testing::Values(
         QwenFamily::kQwen2VL, QwenFamily::kQwen2_5VL, QwenFamily::kQwen3VL),
     family_name);
