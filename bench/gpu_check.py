@@ -48,7 +48,8 @@ MANIFESTS = [
 PAGE = os.path.join(ROOT, "examples", "workloads", "one_large_page.json")
 
 # Sizes. GPU: Qwen3-VL's released tower width (1152) at 4 of its 27 layers (per-frame costs are
-# per layer; 4 keep every step inside its budget), the presets at half their sides, CP 2/4/8.
+# per layer; 4 keep every step inside its budget), the presets at half their sides (float32 a
+# quarter), CP 2/4/8.
 # Gather and K/V exchange modelled at 100 GB/s per GPU (NVLink-class). Dry run: width 64, one
 # layer, sides / 16, CP 2 and 4: a few seconds a step on two cores (the Python steps 20-30 s,
 # most of it starting Python, torch and transformers).
@@ -66,6 +67,7 @@ SIZES = {
         bandwidth=100,
         tower=["--depth", "4", "--repeats", "5", "--warmup", "2"],
         parity=[],
+        fp32_shrink=2,
         budget_scale=1,
     ),
     "dry": dict(
@@ -96,6 +98,7 @@ SIZES = {
             "sdpa",
         ],
         parity=["--families", "qwen2_5_vl,qwen3_vl"],
+        fp32_shrink=1,
         # The budgets guard against a hang here, not the GPU's timings: CI runs the dry run next
         # to another test on two cores, where a step takes up to twice its quiet time.
         budget_scale=3,
@@ -125,23 +128,20 @@ def gtest_summary(path):
     }
 
 
-def steps(a, sz, out):
-    py, build = a.python, a.build
-    tower_json = os.path.join(out, "tower_speed_%s.json")
-    st = [
+def parity_steps(a, sz, out):
+    gtest_json = os.path.join(out, "cuda_ranks.json")
+    hf_json = os.path.join(out, "hf_parity.json")
+    tests = os.path.join(a.build, "tests", "frameshard_dist_tower_tests")
+    return [
         Step(
             "parity",
             "cuda_ranks",
-            "60 s: the C++ *CudaRanks* tests (gather, toy tower, three tiny Qwen "
-            "towers x whole/split/owner x float64/bf16/float32), world 2 and 3 sharing one GPU "
-            "over Gloo (NCCL refuses two ranks on one device)",
+            "60 s: the C++ *CudaRanks* tests (gather, toy tower, three tiny Qwen towers x "
+            "whole/split/owner x float64/bf16/float32), world 2 and 3 sharing one GPU over Gloo "
+            "(NCCL refuses two ranks on one device)",
             60,
-            [
-                os.path.join(build, "tests", "frameshard_dist_tower_tests"),
-                "--gtest_filter=*CudaRanks*",
-                "--gtest_output=json:" + os.path.join(out, "cuda_ranks.json"),
-            ],
-            os.path.join(out, "cuda_ranks.json"),
+            [tests, "--gtest_filter=*CudaRanks*", "--gtest_output=json:" + gtest_json],
+            gtest_json,
             gtest_summary,
         ),
         Step(
@@ -150,136 +150,87 @@ def steps(a, sz, out):
             "60 s: two Gloo rank processes on one GPU, tiny transformers towers, "
             "2 families x 2 dtypes x whole and split frames",
             60,
-            [
-                py,
-                os.path.join(ROOT, "bench", "hf_parity.py"),
-                "--device",
-                sz["device"],
-                "--json",
-                os.path.join(out, "hf_parity.json"),
-                *sz["parity"],
-            ],
-            os.path.join(out, "hf_parity.json"),
+            [a.python, os.path.join(ROOT, "bench", "hf_parity.py"), "--device", sz["device"], "--json", hf_json]
+            + sz["parity"],
+            hf_json,
         ),
     ]
-    for dt in DTYPES:
-        st.append(
-            Step(
-                "tower_speed",
-                dt,
-                "35 s per dtype: three families at released widths, "
-                "4 layers, median of 5 after 2 warm-ups, one process",
-                35,
-                [
-                    py,
-                    os.path.join(ROOT, "bench", "tower_speed.py"),
-                    "--device",
-                    sz["device"],
-                    "--dtype",
-                    dt,
-                    "--bin",
-                    os.path.join(build, "bench", "frameshard_tower_bench"),
-                    "--json",
-                    tower_json % dt,
-                    *sz["tower"],
-                ],
-                tower_json % dt,
-            )
-        )
-    tower = ["--family", "qwen3-vl", "--width", str(sz["width"]), "--depth", str(sz["depth"]), "--device", sz["device"]]
+
+
+def tower_speed_step(a, sz, out, dt):
+    path = os.path.join(out, "tower_speed_%s.json" % dt)
+    bench = os.path.join(a.build, "bench", "frameshard_tower_bench")
+    argv = [a.python, os.path.join(ROOT, "bench", "tower_speed.py"), "--device", sz["device"], "--dtype", dt]
+    return Step(
+        "tower_speed",
+        dt,
+        "60 s per dtype: three families at released widths, 4 layers, median of 5 after 2 warm-ups, "
+        "one process (most of it building the transformers models)",
+        60,
+        argv + ["--bin", bench, "--json", path] + sz["tower"],
+        path,
+    )
+
+
+def tower_args(sz):
     cps = [x for c in sz["cps"] for x in ("--cp", str(c))]
-    for dt in DTYPES:
-        cal = os.path.join(out, "calibration_%s.txt" % dt)
-        st.append(
-            Step(
-                "calibrate",
-                dt,
-                "30 s per dtype: 9 frame sizes x 3 repeats, then the check's plans at CP 2/4/8 on two presets, one GPU",
-                30,
-                [
-                    os.path.join(build, "frameshard"),
-                    "calibrate",
-                    *tower,
-                    "--dtype",
-                    dt,
-                    "--sizes",
-                    sz["sizes"],
-                    "--repeats",
-                    str(sz["repeats"]),
-                    "--out",
-                    cal,
-                    "--json",
-                    os.path.join(out, "calibrate_%s.json" % dt),
-                    "--check",
-                    "--preset",
-                    "mixed",
-                    "--preset",
-                    "doc",
-                    *cps,
-                    "--max-patches",
-                    str(sz["max_patches"]),
-                ],
-                os.path.join(out, "calibrate_%s.json" % dt),
-            )
-        )
-    sim = [
-        os.path.join(build, "bench", "frameshard_scale_sim"),
-        *tower,
-        *cps,
-        "--repeats",
-        str(sz["repeats"]),
-        "--bandwidth-gbps",
-        str(sz["bandwidth"]),
+    return ["--family", "qwen3-vl", "--width", str(sz["width"]), "--depth", str(sz["depth"]),
+            "--device", sz["device"]] + cps  # fmt: skip
+
+
+def calibrate_step(a, sz, out, dt):
+    path = os.path.join(out, "calibrate_%s.json" % dt)
+    argv = [os.path.join(a.build, "frameshard"), "calibrate", *tower_args(sz), "--dtype", dt]
+    argv += ["--sizes", sz["sizes"], "--repeats", str(sz["repeats"]), "--max-patches", str(sz["max_patches"])]
+    argv += ["--out", os.path.join(out, "calibration_%s.txt" % dt), "--json", path]
+    return Step(
+        "calibrate",
+        dt,
+        "30 s per dtype: 9 frame sizes x 3 repeats, then the check's plans at CP 2/4/8 on two presets",
+        30,
+        argv + ["--check", "--preset", "mixed", "--preset", "doc"],
+        path,
+    )
+
+
+def share_steps(a, sz, out, dt):
+    """rank_shares and split of one dtype. float32 runs at a quarter of the rows on the GPU
+    (sz["fp32_shrink"]): its matrix products are several times slower than bfloat16's."""
+    shrink = sz["fp32_shrink"] if dt == "float32" else 1
+    sim = [os.path.join(a.build, "bench", "frameshard_scale_sim"), *tower_args(sz), "--dtype", dt]
+    sim += ["--repeats", str(sz["repeats"]), "--bandwidth-gbps", str(sz["bandwidth"])]
+    sim += ["--cost-alpha", os.path.join(out, "calibration_%s.txt" % dt)]
+    batches = [x for p in ("mixed", "doc", "video", "multi") for x in ("--preset", p)]
+    batches += [x for m in MANIFESTS for x in ("--manifest", m)] + ["--samples", "8"]
+    shares, split = (os.path.join(out, "%s_%s.json" % (k, dt)) for k in ("rank_shares", "split"))
+    return [
+        Step(
+            "rank_shares",
+            dt,
+            "75 s per dtype: 7 batches x 3 CP sizes x 5 arms x 2 costs, every rank's share timed "
+            "alone (repeated shares reused)",
+            75,
+            sim + batches + ["--scale", str(sz["scale"] * shrink), "--json", shares],
+            shares,
+        ),
+        Step(
+            "split",
+            dt,
+            "25 s per dtype: one page of 16,384 patch rows (float32: 4,096) at CP 2/4/8",
+            25,
+            sim + ["--workload", PAGE, "--scale", str(sz["page_scale"] * shrink), "--json", split],
+            split,
+        ),
     ]
+
+
+def steps(a, sz, out):
+    """Every step in the order they run: the most telling first (the deadline skips the last)."""
+    st = parity_steps(a, sz, out)
+    st += [tower_speed_step(a, sz, out, dt) for dt in DTYPES]
+    st += [calibrate_step(a, sz, out, dt) for dt in DTYPES]
     for dt in DTYPES:
-        cal = ["--cost-alpha", os.path.join(out, "calibration_%s.txt" % dt)]
-        presets = [x for p in ("mixed", "doc", "video", "multi") for x in ("--preset", p)]
-        manifests = [x for m in MANIFESTS for x in ("--manifest", m)]
-        st.append(
-            Step(
-                "rank_shares",
-                dt,
-                "60 s per dtype: 7 batches x 3 CP sizes x 5 arms x 2 costs, "
-                "every rank's share timed alone (repeated shares reused)",
-                60,
-                [
-                    *sim,
-                    "--dtype",
-                    dt,
-                    *presets,
-                    *manifests,
-                    "--samples",
-                    "8",
-                    "--scale",
-                    str(sz["scale"]),
-                    "--json",
-                    os.path.join(out, "rank_shares_%s.json" % dt),
-                    *cal,
-                ],
-                os.path.join(out, "rank_shares_%s.json" % dt),
-            )
-        )
-        st.append(
-            Step(
-                "split",
-                dt,
-                "20 s per dtype: one page of 16,384 patch rows at CP 2/4/8",
-                20,
-                [
-                    *sim,
-                    "--dtype",
-                    dt,
-                    "--workload",
-                    PAGE,
-                    "--scale",
-                    str(sz["page_scale"]),
-                    "--json",
-                    os.path.join(out, "split_%s.json" % dt),
-                    *cal,
-                ],
-                os.path.join(out, "split_%s.json" % dt),
-            )
-        )
+        st += share_steps(a, sz, out, dt)
     return st
 
 

@@ -86,7 +86,7 @@ models::QwenVisionModel make_timing_tower(const TowerSpec& spec) {
       "GPU, got \"",
       spec.device,
       "\" (CUDA GPUs visible: ",
-      torch::cuda::device_count(),
+      static_cast<int>(torch::cuda::device_count()),
       ")");
   models::QwenVisionModel m =
       spec.model_dir.empty()

@@ -53,5 +53,12 @@ run_cmd bad_file 2 "$BIN" plan --preset doc --$FS.cost_alpha "$TMP/bad.txt" &&
 run_cmd bad_size 2 "$BIN" calibrate --width 64 --depth 1 --sizes 66 --out "$TMP/x.txt" &&
   expect_err bad_size "calibrate: --sizes: expected patch rows h\*w with h and w multiples of 2, got 66"
 run_cmd bad_family 2 "$BIN" calibrate --family llava
+# A GPU asked for where this torch sees none: the device named, not a torch stack trace.
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  run_cmd no_gpu 2 "$BIN" calibrate --device cuda --width 64 --depth 1 --sizes 16 --out "$TMP/x.txt" &&
+    expect_err no_gpu 'timing_tower: expected --device cpu, or cuda on a machine where this torch sees a GPU, got "cuda" \(CUDA GPUs visible: 0\)'
+fi
+run_cmd bad_dtype 2 "$BIN" calibrate --dtype float16 --width 64 --depth 1 --sizes 16 --out "$TMP/x.txt" &&
+  expect_err bad_dtype 'calibrate: expected --dtype float32 or bfloat16, got "float16"'
 
 finish calibrate_test
