@@ -290,12 +290,21 @@ def _load(path):
 
 
 def machine(python):
-    code = (
-        "import json, os, torch, transformers; c = torch.cuda.is_available(); print(json.dumps({"
-        "'torch': torch.__version__, 'cuda': torch.version.cuda, 'transformers': transformers.__version__, "
-        "'gpu': torch.cuda.get_device_name(0) if c else None, 'gpus': torch.cuda.device_count(), "
-        "'cpus': os.cpu_count()}))"
-    )
+    """The versions and the GPU; transformers' version from its metadata (importing it takes
+    seconds the steps need)."""
+    code = """
+import importlib.metadata as m, json, os, torch
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return None
+c = torch.cuda.is_available()
+print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda,
+                  "transformers": version("transformers"), "frameshard": version("frameshard"),
+                  "gpu": torch.cuda.get_device_name(0) if c else None,
+                  "gpus": torch.cuda.device_count(), "cpus": os.cpu_count()}))
+"""
     proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
     return json.loads(proc.stdout) if proc.returncode == 0 else {"error": proc.stderr[-500:]}
 

@@ -14,7 +14,7 @@ def _parity(sec):
     cr = sec.get("cuda_ranks", {}).get("data")
     if cr:
         lines.append(
-            "  C++ CudaRanks.*: %d tests, %d passed, %d skipped, failed: %s"
+            "  C++ *CudaRanks*: %d tests, %d passed, %d skipped, failed: %s"
             % (cr["tests"], cr["passed"], cr["skipped"], ", ".join(cr["failed"]) or "none")
         )
     hf = sec.get("hf", {}).get("data")
