@@ -42,11 +42,11 @@
 //        frameshard_scale_sim --mesh-dp 8 --cp 8 --manifest M.jsonl ...
 //          [--samples-per-replica 2] [--steps 3] [--scale 4]
 #include <frameshard/error.h>
-#include <frameshard/media_manifest.h>
 #include <frameshard/models/cost_bridge.h>
 #include <frameshard/workload.h>
 
 #include "dtype_option.h"
+#include "manifest_batch.h"
 #include "scale_sim_mesh.h"
 #include "scale_sim_shares.h"
 #include "tower_timing.h"
@@ -57,7 +57,6 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -90,7 +89,7 @@ struct Batch {
 
 // The presets and workload files (resolve_workload's scaling), then the
 // manifests' first samples (scaled by --scale, or 4 when it is 0).
-std::vector<Batch> batches(const Args& a, const MediaLayout& layout) {
+std::vector<Batch> batches(const Args& a) {
   std::vector<Batch> out;
   auto add = [&](cli::WorkloadRequest req) {
     req.scale = a.scale;
@@ -109,19 +108,12 @@ std::vector<Batch> batches(const Args& a, const MediaLayout& layout) {
     add(req);
   }
   for (const std::string& f : a.manifests) {
-    const auto samples = load_media_manifest(f, processor_rule(a.tower.family));
-    Workload wl;
-    wl.layout = layout;
-    const size_t n = std::min(samples.size(), static_cast<size_t>(a.samples));
-    for (size_t i = 0; i < n; ++i) {
-      wl.grid.insert(
-          wl.grid.end(), samples[i].grid.begin(), samples[i].grid.end());
-    }
+    const cli::ManifestBatch b =
+        cli::load_manifest_batch(f, a.tower.family, 0, a.samples);
     const int64_t s = a.scale > 0 ? a.scale : 4;
     out.push_back(
-        {f + ": samples 0 to " + std::to_string(n - 1) + ", h and w / " +
-             std::to_string(s),
-         scale_workload(wl, s).grid});
+        {cli::manifest_origin(b) + ", h and w / " + std::to_string(s),
+         scale_workload(b.workload, s).grid});
   }
   if (out.empty()) {
     cli::WorkloadRequest req;
@@ -157,7 +149,7 @@ void run_shares(const Args& a, const models::QwenVisionModel& m) {
       {"bandwidth_gbps", a.bandwidth_gbps},
       {"calibration", a.cost_alpha},
       {"batches", nlohmann::json::array()}};
-  for (const Batch& b : batches(a, models::media_layout(m.config))) {
+  for (const Batch& b : batches(a)) {
     j["batches"].push_back(bench::simulate_shares(req, b.label, b.grid, m));
   }
   if (!a.json.empty()) {

@@ -26,14 +26,10 @@ using parity::ParityReport;
 using parity::TensorDiff;
 
 // float64 / float32: an absolute bound on the max abs difference.
-// bfloat16: per tensor, ||sharded - replicated|| <= error_factor *
-// ||replicated - exact|| + slack * ||exact|| (Frobenius norms). Norms, not
-// maxima: the bf16 error of a single element is too noisy to bound.
+// bfloat16: per tensor, TensorDiff::bf16_bound on ||sharded - replicated||.
 struct Tolerance {
   bool bf16_rule = false;
   double abs = 0.0;
-  double error_factor = 3.0;
-  double slack = 1.0 / 128;  // two bf16 rounding steps (2^-8 each)
 };
 
 Tolerance tolerance_for(at::ScalarType dtype) {
@@ -50,9 +46,7 @@ Tolerance tolerance_for(at::ScalarType dtype) {
 
 // On max_abs_diff (float64 / float32) or norm_diff (bfloat16).
 double bound_of(const TensorDiff& d, const Tolerance& tol) {
-  return tol.bf16_rule
-             ? tol.error_factor * d.norm_ref_error + tol.slack * d.norm_exact
-             : tol.abs;
+  return tol.bf16_rule ? d.bf16_bound() : tol.abs;
 }
 
 bool within(const TensorDiff& d, const Tolerance& tol) {
@@ -66,8 +60,8 @@ std::string tolerance_text(const Tolerance& tol) {
     return "max abs diff <= " + c10::str(tol.abs);
   }
   return "per tensor, ||sharded - replicated|| <= " +
-         c10::str(tol.error_factor) + " x ||replicated - float64 exact|| + " +
-         c10::str(tol.slack) +
+         c10::str(parity::kBf16ErrorFactor) +
+         " x ||replicated - float64 exact|| + " + c10::str(parity::kBf16Slack) +
          " x ||exact|| (Frobenius; bf16 reductions are themselves inexact)";
 }
 
@@ -169,8 +163,8 @@ nlohmann::json tolerance_json(const Tolerance& tol) {
   if (tol.bf16_rule) {
     return {
         {"kind", "bf16_norm_vs_replicated_error"},
-        {"error_factor", tol.error_factor},
-        {"slack", tol.slack},
+        {"error_factor", parity::kBf16ErrorFactor},
+        {"slack", parity::kBf16Slack},
         {"text", tolerance_text(tol)}};
   }
   return {

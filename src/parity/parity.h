@@ -191,7 +191,16 @@ struct TensorDiff {
   double norm_diff = 0.0;       // ||sharded - replicated||
   double norm_ref_error = 0.0;  // ||replicated - exact|| (exact run only)
   double norm_exact = 0.0;      // ||exact|| (exact run only)
+
+  /// The bfloat16 bound on norm_diff (`frameshard verify`'s rule):
+  /// kBf16ErrorFactor * norm_ref_error + kBf16Slack * norm_exact. Norms,
+  /// not maxima: the bf16 error of a single element is too noisy to bound,
+  /// and bf16 reductions are themselves inexact (hence the exact run).
+  double bf16_bound() const;
 };
+
+constexpr double kBf16ErrorFactor = 3.0;
+constexpr double kBf16Slack = 1.0 / 128;  // two bf16 rounding steps (2^-8)
 
 /// One rank's figures.
 struct RankFigures {

@@ -305,6 +305,10 @@ RankParity run_rank(
   return mine;
 }
 
+double TensorDiff::bf16_bound() const {
+  return kBf16ErrorFactor * norm_ref_error + kBf16Slack * norm_exact;
+}
+
 double ParityReport::max_output_diff() const {
   double m = 0.0;
   for (const auto& d : outputs) {

@@ -234,6 +234,15 @@ inline int cuda_devices() {
                     "runs in scripts/gpu-check.sh";                 \
   }
 
+/// Options of CUDA ranks (see RunRanksOptions::device), collectives timing
+/// out after 60 s.
+inline RunRanksOptions cuda_rank_options() {
+  RunRanksOptions o;
+  o.device = "cuda";
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
 /// Whether RunRanksOptions{device = "cuda"} gives `world` ranks NCCL.
 inline bool cuda_ranks_use_nccl(int world) {
 #ifdef FRAMESHARD_WITH_NCCL

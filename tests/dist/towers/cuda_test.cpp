@@ -25,14 +25,6 @@ namespace {
 
 using testing::cuda_rank_device;
 using testing::run_ranks;
-using testing::RunRanksOptions;
-
-RunRanksOptions cuda_ranks() {
-  RunRanksOptions o;
-  o.device = "cuda";
-  o.timeout = std::chrono::seconds(60);
-  return o;
-}
 
 // Forward: the concatenation in rank order, on each rank's device. Backward:
 // rank q receives the SUM over ranks of the gradient of its rows (ranks use
@@ -68,7 +60,7 @@ TEST(CudaRanks, GatherOfCudaRowsConcatenatesAndSumsGradients) {
           got[rank] = all.detach().cpu();
           grad[rank] = local.grad().cpu();
         },
-        cuda_ranks());
+        testing::cuda_rank_options());
     for (int r = 0; r < world; ++r) {
       EXPECT_TRUE(got[r].equal(full)) << "rank " << r;
       EXPECT_TRUE(at::allclose(
@@ -102,7 +94,7 @@ TEST(CudaRanks, ToyTowerEncodeOnCudaMatchesTheReplicatedPath) {
         [world](int rank, const ProcessGroupPtr&, parity::RankOptions& o) {
           o.device = cuda_rank_device(rank, world);
         },
-        cuda_ranks());
+        testing::cuda_rank_options());
     const parity::ParityReport& rep = run.report;
     ASSERT_TRUE(rep.plan.sharded()) << rep.plan.reason;
     EXPECT_EQ(run.ranks[0].encode.outputs[0].device().type(), c10::kCUDA);
