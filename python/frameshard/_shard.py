@@ -267,6 +267,12 @@ def _run(
     return result, plan
 
 
+def deduplicated(plan: Plan) -> bool:
+    """Whether the call encoded fewer frame units than it returns (dedup found repeats): the
+    tower's own output then holds each distinct frame once, the returned rows each use's."""
+    return plan.dedup is not None and plan.dedup.distinct_units < plan.dedup.units
+
+
 def frame_keys(
     pixel_values: torch.Tensor, grid_thw: GridLike, *, spatial_merge_size: int = 2, temporal_patch_size: int = 2
 ) -> list[tuple[int, int]]:

@@ -2,6 +2,7 @@
 // grid by content key, and the one-to-many route of their outputs.
 #include <frameshard/dedup.h>
 #include <frameshard/error.h>
+#include <frameshard/splitmix64.h>
 
 #include "core/fingerprint.h"
 
@@ -17,16 +18,6 @@ struct KeyHash {
     return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL));
   }
 };
-
-// splitmix64's finaliser: a bijective 64-bit mix.
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
 
 // Appends [begin, end) to `ranges`, merging with the last range if adjacent.
 void append_range(std::vector<RowRange>& ranges, int64_t begin, int64_t end) {

@@ -11,6 +11,7 @@
 #include <frameshard/runtime/frame_keys.h>
 
 #include "parity/parity.h"
+#include "runtime/frame_key_sums.h"
 #include "testing/mesh_problem.h"
 #include "testing/parity_ranks.h"
 #include "testing/run_ranks.h"
@@ -251,6 +252,30 @@ TEST(FrameKeys, EqualRowsGiveEqualKeysAndAnyChangedElementANewOne) {
   swapped.narrow(0, 1, 1).copy_(px.narrow(0, 0, 1));
   EXPECT_NE(frame_keys(swapped, grid_to_tensor(grid))[0], keys[0]);
   EXPECT_NE(frame_keys(px.to(at::kBFloat16), grid_to_tensor(grid))[0], keys[0]);
+}
+
+// The CPU hashes in one pass over the bytes (per instruction set); CUDA
+// runs the tensor ops. Both must give the same bits, or a mesh whose ranks
+// hash on different devices would miss its repeats.
+TEST(FrameKeys, OnePassOnTheCpuGivesTheBitsOfTheTensorOps) {
+  const Grid grid = {{1, 4, 4}, {3, 2, 6}, {1, 8, 2}};
+  const FrameSet fs = expand_frames(grid);
+  const at::Tensor base = at::randn({16 + 36 + 16, 13}, at::kDouble) * 1000;
+  for (const at::Tensor& px :
+       {base.to(at::kFloat),
+        base.to(at::kBFloat16),
+        base.to(at::kHalf),
+        base,
+        base.to(at::kLong),
+        base.abs().remainder(256).to(at::kByte),
+        base.to(at::kChar),
+        base.to(at::kFloat).t().contiguous().t()}) {  // not contiguous
+    SCOPED_TRACE(std::string(c10::toString(px.scalar_type())));
+    const auto cpu = internal::unit_lane_sums_cpu(px, fs);
+    const auto ops = internal::unit_lane_sums_tensor(px, fs);
+    ASSERT_EQ(cpu.size(), fs.units.size());
+    EXPECT_EQ(cpu, ops);
+  }
 }
 
 }  // namespace

@@ -144,8 +144,9 @@ def scenario_mesh(rank, world, group, spread=True):
     return res
 
 
-def hf_runs(model, visual, forward, config, rank, group, distinct_rows):
-    """`forward()` (the vision outputs, a list) without and with hf.enable(model, group, config):
+def hf_runs(model, visual, forward, config, rank, group, distinct_rows, target=None):
+    """`forward()` (the vision outputs, a list) without and with hf.enable(model, target or group,
+    config):
     the diffs of the outputs and of the reduced gradients, and the rows the patch embedding saw
     across the enabled run's calls."""
     seen = []
@@ -154,7 +155,7 @@ def hf_runs(model, visual, forward, config, rank, group, distinct_rows):
     def step(enabled):
         model.zero_grad()
         if enabled:
-            hf.enable(model, group, config)
+            hf.enable(model, target if target is not None else group, config)
         try:
             outs = forward()
         finally:
@@ -198,6 +199,30 @@ def scenario_hf_grpo(rank, world, group):
     res = hf_runs(model, visual, lambda: hf_models.vision_outputs(model, visual, grpo), DEDUP, rank, group, sum(sizes))
     res["total_rows"] = 4 * sum(sizes)
     return res
+
+
+def scenario_hf_paths(rank, world, group, path):
+    """Qwen2-VL through hf.enable with dedup on each path a call can take: the CP group below
+    the thresholds (replicated), and the DP x CP 1 mesh with each rank its own batch, sharded and
+    below the thresholds. Against each rank's own batch without frameshard."""
+    torch.manual_seed(11)
+    model, visual, inputs = hf_models.build("qwen2_vl")
+    model.double()
+    grid = inputs["image_grid_thw"]
+    sizes = grid.prod(-1).tolist()
+    images = list(inputs["pixel_values"].double().split(sizes))
+    order = [0, 0, 1, 1, 2, 0] if rank == 0 or path == "cp_replicated" else [1, 2, 1, 3]
+    batch = {"pixel_values": torch.cat([images[i] for i in order]), "image_grid_thw": grid[order]}
+    config = frameshard.FrameShardingConfig(enabled=True, dedup=True)  # thresholds: replicated
+    target = group
+    if path.startswith("mesh"):
+        config = dataclasses.replace(config, mesh_dims=["dp", "cp"])
+        target = frameshard.Mesh(group, world, 1)
+    if path == "mesh_sharded":
+        config = dataclasses.replace(config, min_tokens=0, min_frames=0, min_local_patch_rows=0)
+    own = sum(sizes[i] for i in set(order))  # what a replicated call encodes on this rank
+    forward = lambda: hf_models.vision_outputs(model, visual, batch)  # noqa: E731
+    return hf_runs(model, visual, forward, config, rank, group, own, target=target)
 
 
 def scenario_hf_split(rank, world, group):
@@ -252,6 +277,10 @@ SCENARIOS = {
     "mesh": scenario_mesh,
     "hf_grpo": scenario_hf_grpo,
     "hf_split": scenario_hf_split,
+    **{
+        "hf_" + p: (lambda r, w, g, p=p: scenario_hf_paths(r, w, g, p))
+        for p in ("cp_replicated", "mesh_sharded", "mesh_replicated")
+    },
     "errors": scenario_errors,
 }
 

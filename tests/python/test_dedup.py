@@ -21,6 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import frameshard  # noqa: E402
 from harness import RTOL_HF, RTOL_TORCH, assert_parity, run_world, scenario  # noqa: E402
+from worker_common import compare  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,14 @@ def test_transformers_qwen2_vl_through_hf_enable(world2):
     assert seen == per_rank[0]["distinct_rows"] < per_rank[0]["total_rows"], per_rank
 
 
+@pytest.mark.parametrize("path", ["cp_replicated", "mesh_sharded", "mesh_replicated"])
+def test_every_path_returns_one_block_per_use_through_hf_enable(world2, path):
+    """Qwen2-VL through hf.enable with dedup, below the thresholds on the CP group and on the
+    DP 2 x CP 1 mesh (each rank its own batch), and sharded on the mesh."""
+    world, per_rank = scenario(world2, "hf_" + path)
+    assert_parity(world, "dedup hf " + path, per_rank, RTOL_HF, path=path.split("_")[1])
+
+
 def test_split_frames_with_dedup_in_a_transformers_tower(world2):
     world, per_rank = scenario(world2, "hf_split")
     assert_parity(world, "dedup hf split qwen3_vl", per_rank, RTOL_HF)
@@ -103,3 +112,63 @@ def test_frame_keys_follow_the_pixels():
     assert all(isinstance(k, tuple) and len(k) == 2 for k in keys)
     pixels[20, 3] += 1e-6
     assert frameshard.frame_keys(pixels, [[1, 4, 4]] * 3)[1] != keys[1]
+
+
+def _repeated_images(pixels, grid, order):
+    """The images of `grid` (their pixel rows split from `pixels`) in `order`, as one batch."""
+    sizes = torch.as_tensor(grid).prod(-1).tolist()
+    images = list(pixels.split(sizes))
+    return torch.cat([images[i] for i in order]), torch.as_tensor(grid)[order]
+
+
+def _one_rank_models():
+    """(name, model, features call) of one model per way hf.enable shards: at the vision module
+    (Qwen2-VL, Qwen2.5-VL, Qwen3-VL with DeepStack, GLM-4.1V) and at get_image_features
+    (PaddleOCR-VL); float64."""
+    import family_models
+    import hf_models
+
+    out = []
+    for family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
+        model, _, inputs = hf_models.build(family)
+        out.append((family, model.double(), inputs["pixel_values"].double(), inputs["image_grid_thw"]))
+    glm, _ = family_models.glm4v_model()
+    grid = torch.tensor(family_models.GLM_GRID)
+    out.append(("glm4v", glm, family_models.pixels(grid, family_models.GLM_FEATURES), grid))
+    paddle = family_models.paddleocr_model()
+    grid = torch.tensor([[1, 4, 6], [1, 2, 2], [1, 6, 4]])
+    out.append(("paddleocr", paddle, family_models.pixels(grid, 3 * 4 * 4).reshape(-1, 3, 4, 4), grid))
+    return out
+
+
+def test_every_family_returns_one_block_per_use_on_one_rank(solo_group):
+    """Issue 46's first bug: with dedup on a one-rank group (the replicated path) the vision call
+    returned each distinct image's rows once, and transformers' get_image_features then failed to
+    split them per image. Every family, outputs and gradients against the model without
+    frameshard."""
+    from frameshard import hf
+
+    config = frameshard.FrameShardingConfig(enabled=True, dedup=True)
+    for name, model, pixels, grid in _one_rank_models():
+        order = [0, 0, 1, 1, 2, 0]  # A, A, B, B, C, A
+        pv, g = _repeated_images(pixels.flatten(1) if pixels.dim() > 2 else pixels, grid, order)
+        pv = pv.reshape(-1, *pixels.shape[1:])
+
+        def features(model=model, pv=pv, g=g):
+            model.zero_grad()
+            out = model.model.get_image_features(pv, g)
+            rows = torch.cat(list(out.pooler_output))
+            (rows * torch.linspace(-1, 1, rows.numel(), dtype=rows.dtype).view_as(rows)).sum().backward()
+            return rows.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+        want, want_grads = features()
+        hf.enable(model, solo_group, config)
+        try:
+            got, got_grads = features()
+        finally:
+            hf.disable(model)
+        assert got.shape == want.shape, (name, got.shape, want.shape)
+        diff, scale = compare({"rows": got}, {"rows": want})
+        assert diff <= RTOL_HF * max(1.0, scale), (name, diff)
+        diff, scale = compare(got_grads, want_grads)
+        assert diff <= RTOL_HF * max(1.0, scale), (name, diff)

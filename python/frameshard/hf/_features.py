@@ -142,7 +142,9 @@ def sharded_image_features(model: torch.nn.Module, pixel_values: torch.Tensor, *
     except FrameshardError as e:
         reraise(e, chain.raised)
     out = chain.last
-    if plan.sharded:
+    # The chain's own output holds this rank's images, or each distinct image once: the gathered
+    # rows (one block per use) replace it.
+    if plan.sharded or _shard.deduplicated(plan):
         if return_dict is False:
             raise FrameshardError(
                 "frameshard.hf: expected return_dict=True or unset on the sharded path (the sharded "

@@ -178,8 +178,10 @@ def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_t
     if outputs is None:
         return None  # a text-only replica on the mesh's replicated path: no tower ran
     out = local.last
-    # With token owners the rows are this rank's only, on the replicated path too.
-    routed = plan.sharded or token_owner is not None
+    # The tower's own output holds this rank's frames (sharded), each distinct frame once (dedup
+    # with repeats, also on the replicated path and on one rank) or, with token owners, more rows
+    # than this rank's: the gathered rows (one block per use) replace it.
+    routed = plan.sharded or token_owner is not None or _shard.deduplicated(plan)
     if routed and return_dict is False:
         # A tuple would start with last_hidden_state, which is rank-local here.
         raise FrameshardError(
