@@ -6,7 +6,7 @@
 The training of examples/python/fsdp2_device_mesh.py (its tiny random model, its batches, its
 `shut_down`) without the unsharded reference, on Gloo (CPU), cp = world. With --no-clean-exit it
 returns from main with the process group alive, as many user scripts end; otherwise it ends with
-the example's `shut_down()` (barrier, destroy_process_group). bench/exit_loop.sh runs it N times
+`frameshard.shut_down()` (barrier, destroy_process_group). bench/exit_loop.sh runs it N times
 and counts the abnormal exits (docs/reliability.md, "Process exit under torchrun").
 """
 
@@ -18,8 +18,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
+import frameshard
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "python"))
-from fsdp2_device_mesh import replica_batch, shard, shut_down, tiny_model  # noqa: E402
+from fsdp2_device_mesh import replica_batch, shard, tiny_model  # noqa: E402
 
 
 def main() -> int:
@@ -44,7 +46,7 @@ def main() -> int:
             print("step %d: loss %.6f" % (step, float(total)), flush=True)
     print("rank %d: done (%s exit)" % (dist.get_rank(), "clean" if args.clean_exit else "no clean"), flush=True)
     if args.clean_exit:
-        shut_down()
+        frameshard.shut_down()
     return 0
 
 

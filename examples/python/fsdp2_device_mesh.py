@@ -20,7 +20,7 @@ A tiny random model (no download) on CPU with Gloo (NCCL and bf16 on GPUs: --dev
 script checks itself: the same steps on one unsharded model per rank (each replica's batch, DP
 average) must give the same gradients and losses; it exits non-zero otherwise.
 
-It ends as a training script should (`shut_down`): a barrier and `destroy_process_group()` before
+It ends as a training script should (`frameshard.shut_down()`): a barrier and `destroy_process_group()` before
 the interpreter exits, so no Gloo work is left to interpreter teardown (issue 38: otherwise a rank
 can abort at exit). `--no-clean-exit` returns from main with the group alive, to compare.
 """
@@ -105,28 +105,6 @@ def shard(model, mesh):
     return cp_model
 
 
-def shut_down(peers_alive: bool = True) -> None:
-    """End the job's distributed state before the interpreter exits (issue 38, docs/reliability.md).
-
-    A Gloo work object (the last all-reduce's, say) can outlive the collective that waited on it:
-    ProcessGroupGloo's worker thread drops its reference after waking the caller. If that is the
-    last one while the interpreter finalizes, its destructor takes the GIL of a dying interpreter
-    and the process aborts (`terminate called without an active exception`, torchrun exit -6).
-    A barrier (Gloo's waits for all of this rank's earlier work too; on CUDA, synchronize first)
-    leaves no collective in flight, and `destroy_process_group` releases every group (one nothing
-    else holds is torn down at once, its worker threads joined; one an FSDP module still holds, when
-    the module goes, with its threads idle). After an error the peers may never reach a barrier, so
-    there only the groups are destroyed.
-    """
-    if not dist.is_initialized():
-        return
-    if peers_alive:
-        if torch.cuda.is_available() and dist.get_backend() == "nccl":
-            torch.cuda.synchronize()
-        dist.barrier()
-    dist.destroy_process_group()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="qwen3_vl", choices=["qwen2_5_vl", "qwen3_vl"])
@@ -141,10 +119,10 @@ def main() -> int:
         code = train(args)
     except BaseException:
         if args.clean_exit:
-            shut_down(peers_alive=False)
+            frameshard.shut_down(peers_alive=False)
         raise
     if args.clean_exit:
-        shut_down()
+        frameshard.shut_down()
     return code
 
 

@@ -30,6 +30,7 @@ from ._config import FrameShardingConfig, parse_yaml
 from ._groups import Mesh
 from ._plan import DedupCounts, FrameUnit, MeshChoice, Plan, RankPlan, plan, workload
 from ._shard import FramePiece, all_gather_rows, frame_keys, shard_vision, visual_token_owners
+from ._shutdown import shut_down
 from ._towers import TowerDims, cost_model, tower_dims
 
 # The path each sharded call takes is logged here (INFO, once per change); silent unless the
@@ -100,6 +101,7 @@ __all__ = [
     "parse_yaml",
     "plan",
     "shard_vision",
+    "shut_down",
     "tower_dims",
     "visual_token_owners",
     "workload",

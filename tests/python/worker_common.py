@@ -104,10 +104,8 @@ def main(scenarios, default=None):
             json.dump(results, f, indent=1)
         finished = True
     finally:
-        # No Gloo work left to interpreter teardown (issue 38: a rank can abort at exit with
-        # `terminate called without an active exception`). The barrier (Gloo's also waits for this
-        # rank's earlier work) only where every rank got here: after an error (a barrier that
-        # timed out, an exception that is not an Exception) the peers may never reach it.
-        if finished:
-            dist.barrier()
-        dist.destroy_process_group()
+        # No Gloo work left to interpreter teardown (issue 38); the barrier only where every rank
+        # got here: after an error the peers may never reach it.
+        import frameshard
+
+        frameshard.shut_down(peers_alive=finished)

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .._C import FrameshardError
+from .._shutdown import shut_down
 
 FS = "distributed.multimodal.vision.frame_sharding"
 
@@ -70,19 +71,11 @@ def _mesh(recipe: dict, world: int, device: torch.device) -> Any:
     return init_device_mesh(device.type, (dp, cp), mesh_dim_names=("dp", "cp"))
 
 
-def _finish(world: int, ok: bool, device: torch.device) -> None:
-    """The rank's clean exit: its work done (the steps' collectives are synchronous; a CUDA
-    stream may still run), a barrier so no rank tears down while a peer still talks to it, then
-    the group destroyed. After an error the barrier is skipped: a dead peer would hang it."""
-    if world == 1 or not dist.is_initialized():
-        return
-    try:
-        if ok:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def _finish(world: int, ok: bool) -> None:
+    """The rank's clean exit (frameshard.shut_down): after an error the barrier is skipped, as a
+    dead peer would hang it."""
+    if world > 1:
+        shut_down(peers_alive=ok)
 
 
 def rank_job(rank: int, world: int, store: str | None, recipe: dict, arms: list[bool], progress: bool) -> list | None:
@@ -116,7 +109,7 @@ def rank_job(rank: int, world: int, store: str | None, recipe: dict, arms: list[
         ok = True
         return results if rank == 0 else None
     finally:
-        _finish(world, ok, device)
+        _finish(world, ok)
 
 
 def _spawned(rank: int, world: int, tmp: str, recipe: dict, sharded: bool, progress: bool) -> None:

@@ -199,18 +199,7 @@ def join_without_media(model: _torch.nn.Module, dtype: _torch.dtype | None = Non
             "(hf.enable(model, device_mesh, _config.FrameShardingConfig(..., mesh_dims=['dp', 'cp']))), got %s"
             % ("one without a mesh" if state is not None else "one not enabled")
         )
-    embed = visual.patch_embed
-    features = int(embed.in_channels * embed.temporal_patch_size * embed.patch_size**2)
-    param = next(visual.parameters())
-    dtype = dtype if dtype is not None else param.dtype
-    pixels = _torch.zeros(0, features, dtype=dtype, device=param.device)
-    owners = {_vision.TOKEN_OWNER: []} if state.config.gather == "owner" else {}  # no visual token here
-    out = visual(pixels, grid_thw=_torch.zeros(0, 3, dtype=_torch.int64, device=param.device), **owners)
-    zero = _torch.zeros((), dtype=dtype, device=param.device)
-    if out is None:
-        return zero
-    tensors = [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
-    return sum((0 * t.sum() for t in tensors), zero)
+    return _vision.join(visual, dtype)
 
 
 def _calibration_tower(module: _Any) -> tuple | None:

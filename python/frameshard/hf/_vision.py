@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, Protocol
 
 import torch
 
@@ -23,12 +23,26 @@ from .. import _shard
 from .._C import FrameshardError
 from .._config import FrameShardingConfig
 from .._groups import Mesh, Timeout
+from .._plan import Plan
 from .._towers import TowerDims
 from . import _compat, _patches, _split
 from ._family import Family, tower_grid
 
 OWNER = "vision"  # the patch registry's owner of the vision module's patches
 TOKEN_OWNER = "frameshard_token_owner"  # the CP rank of each visual token (gather owner, _cp_owner)
+
+
+class CallHooks(Protocol):
+    """What a caller that drives the vision calls itself (a trainer integration,
+    frameshard.integrations) is asked around each sharded call of an enabled vision module."""
+
+    def before(self, visual: torch.nn.Module, grid_thw: torch.Tensor) -> tuple[bool, Sequence[Any] | None]:
+        """(whether to run the sharded call at all, the media_keys for shard_vision or None).
+        Collective where the caller makes it so (a lockstep exchange). False: the module's forward
+        returns None (a join that no rank needed)."""
+
+    def after(self, plan: Plan) -> None:
+        """The plan of a call that ran (its dedup counts, its path)."""
 
 
 @dataclasses.dataclass
@@ -42,6 +56,7 @@ class State:
     family: Family
     dims: TowerDims | None
     mesh: Mesh | None = None
+    calls: CallHooks | None = None  # set by a trainer integration after enable
 
 
 @functools.cache
@@ -154,6 +169,11 @@ def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_t
             "hf.context_parallel on the same whole model: its forward routes each visual row to the "
             "CP rank holding its token), got 'owner' and a call without token owners"
         )
+    media_keys = None
+    if state.calls is not None:
+        run, media_keys = state.calls.before(visual, grid_thw)
+        if not run:
+            return None
     local = _LocalTower(visual, state, kwargs)
     tower = local if state.config.split_frames else _without_pieces(local)
     try:
@@ -172,9 +192,12 @@ def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_t
             return_plan=True,
             tower_dims=state.dims,
             token_owner=token_owner,
+            media_keys=media_keys,
         )
     except FrameshardError as e:
         reraise(e, local.raised)
+    if state.calls is not None:
+        state.calls.after(plan)
     if outputs is None:
         return None  # a text-only replica on the mesh's replicated path: no tower ran
     out = local.last
@@ -196,3 +219,24 @@ def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_t
             fields["deepstack_features"] = list(outputs[1:])
         out = type(out)(**fields)
     return out.to_tuple() if return_dict is False else out
+
+
+def join(visual: torch.nn.Module, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A call of the enabled vision module `visual` without frames of this rank's own ([0,
+    features] pixel values of `dtype`, default the module's, and a [0, 3] grid): it joins the
+    collectives of the other ranks' calls and encodes its share of their frames. Returns a zero
+    scalar that depends on the outputs, to add to a loss (so that this rank joins the backward
+    too), or a zero scalar without graph when no tower ran (the replicated path, or a caller's
+    CallHooks that skipped the call)."""
+    state = _patches.state(visual, OWNER)
+    embed = visual.patch_embed
+    features = int(embed.in_channels * embed.temporal_patch_size * embed.patch_size**2)
+    param = next(visual.parameters())
+    dtype = dtype if dtype is not None else param.dtype
+    pixels = torch.zeros(0, features, dtype=dtype, device=param.device)
+    owners = {TOKEN_OWNER: []} if state is not None and state.config.gather == "owner" else {}  # no visual token
+    out = visual(pixels, grid_thw=torch.zeros(0, 3, dtype=torch.int64, device=param.device), **owners)
+    zero = torch.zeros((), dtype=dtype, device=param.device)
+    if out is None:
+        return zero
+    return sum((0 * t.sum() for t in vision_outputs(out)), zero)

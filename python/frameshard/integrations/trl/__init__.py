@@ -1,0 +1,159 @@
+"""frameshard inside TRL: one call after the trainer is built.
+
+    import frameshard
+    from frameshard.integrations import trl as fs_trl
+    trainer = trl.GRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...), train_dataset=...,
+                              processing_class=processor)
+    fs_trl.enable(trainer)          # None: grpo_config(), the defaults that suit GRPO
+    trainer.train()                 # (accelerate launch / torchrun: every process calls enable)
+    fs_trl.disable(trainer)         # undoes it
+
+GRPOTrainer samples every prompt G times, and its processor repeats the prompt's images with it,
+within and across processes; each of its vision passes -- the generation's prefill, the old and
+reference log-probs, the loss's forward and backward -- encodes every copy. With `enable`, each
+pass encodes each distinct image once across all processes (frameshard's dedup over a dp x 1
+mesh of the trainer's processes) and routes its rows to every use; gradients are summed over the
+uses, so losses and gradients are those of the run without it. The copies are known from the
+trainer's prompt groups (`keys="groups"`: nothing is hashed); `keys="pixels"` hashes the pixel
+rows instead (a dataset whose transform draws a different image for each copy of a prompt).
+
+Every vision call is collective, so the processes' calls are lined up pass by pass
+(integrations/_lockstep.py): a process whose batch has no image joins the others' calls, and
+processes in different passes, or one that failed, raise the same FrameshardError on every
+process. What was encoded is logged each step ("frameshard" logger) and put into TRL's metrics:
+`frameshard/vision_rows_total`, `frameshard/vision_rows_distinct`, `frameshard/vision_frames_total`,
+`frameshard/vision_frames_distinct`. See docs/trl.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from ... import _unwrap, hf
+from ..._C import FrameshardError
+from ..._config import FrameShardingConfig
+from ...hf import _patches, _vision
+from .. import _accelerate
+from .._lockstep import Lockstep
+from . import _compat, _grpo
+from ._compat import SUPPORTED_TRL
+
+_LOG = logging.getLogger("frameshard")
+_FN = "frameshard.integrations.trl.enable"
+KEYS = ("groups", "pixels")
+
+
+def grpo_config() -> FrameShardingConfig:
+    """The defaults of `enable(trainer, None)`: sharding and dedup on, over the dp x cp mesh of
+    the trainer's processes, with no thresholds (every call pools the processes' images, however
+    few: the copies of a prompt group are spread over processes) and no floor frames (every row a
+    tower encodes is a real one)."""
+    return FrameShardingConfig(
+        enabled=True, dedup=True, mesh_dims=["dp", "cp"], min_tokens=0, min_frames=0, min_local_patch_rows=0
+    )
+
+
+def _is_grpo(trainer: Any) -> bool:
+    try:
+        from trl import GRPOTrainer  # noqa: PLC0415  (trl is an optional extra)
+    except ImportError:
+        return False
+    return isinstance(trainer, GRPOTrainer)
+
+
+def _config(config: FrameShardingConfig | None) -> FrameShardingConfig:
+    if config is None:
+        return grpo_config()
+    if not isinstance(config, FrameShardingConfig):
+        raise FrameshardError(
+            "%s: expected config a frameshard.FrameShardingConfig or None, got %s" % (_FN, type(config).__name__)
+        )
+    if config.gather != "all":
+        raise FrameshardError(
+            "%s: distributed.multimodal.vision.frame_sharding.gather: expected 'all' (owner routing needs "
+            "the language model under hf.context_parallel), got %r" % (_FN, config.gather)
+        )
+    if list(config.mesh_dims) != ["dp", "cp"]:
+        # The processes hold different batches: the calls pool them over the dp x cp mesh.
+        _LOG.info(
+            "%s: mesh_dims %s -> ['dp', 'cp'] (the trainer's processes hold different batches)", _FN, config.mesh_dims
+        )
+        config = dataclasses.replace(config, mesh_dims=["dp", "cp"])
+    return config
+
+
+def enable(trainer: Any, config: FrameShardingConfig | None = None, *, keys: str = "groups") -> Any:
+    """Makes every vision pass of `trainer` (a trl.GRPOTrainer, built, not yet training) encode
+    each distinct image once across all its processes; returns the trainer. `config` None is
+    `grpo_config()`; another config is taken with mesh_dims ["dp", "cp"] (the processes hold
+    different batches) and its thresholds as they are (below them a call encodes each process's
+    own images, deduplicated on the process). `keys`: "groups" (the trainer's prompt groups) or
+    "pixels" (a hash of each frame's pixel rows). Collective: every process calls it (it creates
+    frameshard's process group). Calling it again replaces the config."""
+    _compat.check_trl(_FN)
+    if not _is_grpo(trainer):
+        raise FrameshardError("%s: expected a trl.GRPOTrainer, got %s" % (_FN, type(trainer).__name__))
+    disable(trainer)  # a previous enable's wrappers would hide the trainer's own methods
+    missing = _compat.missing_grpo_features(trainer)
+    if missing:
+        raise FrameshardError(
+            "%s: expected TRL's GRPOTrainer as of trl %s, got trl %s without %s"
+            % (_FN, SUPPORTED_TRL, _compat.trl_version(), ", ".join(missing))
+        )
+    if keys not in KEYS:
+        raise FrameshardError("%s: keys: expected one of %s, got %r" % (_FN, ", ".join(KEYS), keys))
+    config = _config(config)
+    group, mesh, device = _accelerate.mesh_of(trainer.accelerator, _FN)
+    models = [trainer.model] + ([trainer.ref_model] if getattr(trainer, "ref_model", None) is not None else [])
+    lockstep = Lockstep(group, device, "frameshard.integrations.trl")
+    visuals = []
+    for model in models:
+        visual = hf.enable(model, mesh, config)
+        if not hasattr(visual, "patch_embed"):
+            hf.disable(model)
+            raise FrameshardError(
+                "%s: expected a model sharded at its vision module (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, "
+                "GLM-4V), got %s (sharded at get_image_features: one CP group only)" % (_FN, type(visual).__name__)
+            )
+        _patches.state(visual, _vision.OWNER).calls = lockstep
+        visuals.append(visual)
+    session = _grpo.Session(
+        lockstep=lockstep,
+        config=config,
+        keys=keys,
+        roots=[_unwrap.unwrap_module(m) for m in models],
+        visuals=visuals,
+        hooks=[],
+    )
+    _grpo.install(trainer, session)
+    _LOG.info(
+        "%s: %d process(es), keys %s, dedup %s, thresholds min_tokens %d / min_frames %d",
+        _FN,
+        mesh.dp,
+        keys,
+        config.dedup,
+        config.min_tokens,
+        config.min_frames,
+    )
+    return trainer
+
+
+def disable(trainer: Any) -> bool:
+    """Undoes `enable` (the trainer's methods, the forward hooks, hf.enable on its models);
+    False if it was not enabled."""
+    session = _grpo.remove(trainer)
+    if session is None:
+        return False
+    for root in session.roots:
+        hf.disable(root)
+    return True
+
+
+def is_enabled(trainer: Any) -> bool:
+    """Whether `enable` is in force on the trainer."""
+    return _patches.state(trainer, _grpo.OWNER) is not None
+
+
+__all__ = ["KEYS", "SUPPORTED_TRL", "disable", "enable", "grpo_config", "is_enabled"]
