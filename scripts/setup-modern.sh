@@ -39,8 +39,12 @@ transformers=${FRAMESHARD_TRANSFORMERS:-$transformers_pin}
 
 # Top-level requirements (scikit-build-core, nlohmann-json and cmeel-yaml-cpp:
 # what `pip install --no-build-isolation .` builds with, see pyproject.toml;
-# peft: the LoRA-wrapped model of the Python tests), and the full pinned set (uv pip freeze of a working
-# venv) as constraints, so CI installs the same versions every time.
+# peft: the LoRA-wrapped model of the Python tests; trl with its vlm extra's
+# pillow and torchvision: the optional extra frameshard[trl], its tests and
+# example -- torchvision 0.29.2 is the build for torch 2.15.0, and the
+# Qwen-VL processors need it for their video processor), and the full pinned
+# set (uv pip freeze of a working venv) as constraints, so CI installs the same
+# versions every time.
 requirements="torch==2.15.0
 transformers==$transformers
 safetensors==0.8.0
@@ -49,8 +53,19 @@ pytest==9.2.0
 scikit-build-core==1.1.2
 nlohmann-json==3.12.0
 cmeel-yaml-cpp==0.8.0
-peft==0.21.2"
+peft==0.21.2
+trl==1.16.0
+pillow==13.0.0
+torchvision==0.29.2"
 constraints="accelerate==1.15.0
+datasets==5.2.0
+dill==0.4.1
+multiprocess==0.70.19
+pandas==3.1.1
+pyarrow==26.0.1
+python-dateutil==4.0.0
+tzdata==2026.6
+xxhash==4.1.0
 cmeel==0.62.0
 cmeel-yaml-cpp==0.8.0
 importlib-resources==7.1.0

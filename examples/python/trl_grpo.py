@@ -49,9 +49,9 @@ PROCESSORS = {
 }
 
 
-def tiny_processor(family: str = "qwen2_vl", patch: int = 4) -> transformers.ProcessorMixin:
+def tiny_processor(family: str = "qwen2_vl", patch: int = 4, max_pixels: int = 64 * 64) -> transformers.ProcessorMixin:
     """A character-level tokenizer with Qwen's special tokens, the family's processor classes at
-    patch `patch`, merge 2, temporal patch 2, and images of 8 x 8 to 64 x 64 pixels."""
+    patch `patch`, merge 2, temporal patch 2, and images of 8 x 8 pixels to `max_pixels`."""
     vocab = {t: i for i, t in enumerate(SPECIAL)}
     for c in string.printable:
         if c not in "\t\r\x0b\x0c":
@@ -64,7 +64,7 @@ def tiny_processor(family: str = "qwen2_vl", patch: int = 4) -> transformers.Pro
     )
     tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL[2:]})
     geometry = dict(patch_size=patch, merge_size=2, temporal_patch_size=2)
-    images = transformers.Qwen2VLImageProcessor(**geometry, min_pixels=8 * 8, max_pixels=64 * 64)
+    images = transformers.Qwen2VLImageProcessor(**geometry, min_pixels=8 * 8, max_pixels=max_pixels)
     processor, video = (getattr(transformers, name) for name in PROCESSORS[family])
     return processor(
         image_processor=images, tokenizer=tokenizer, video_processor=video(**geometry), chat_template=CHAT_TEMPLATE
@@ -127,12 +127,13 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("frameshard").setLevel(logging.INFO)
 
+    tmp = tempfile.TemporaryDirectory(prefix="trl_grpo_")
     if args.model:
         model, processor = args.model, transformers.AutoProcessor.from_pretrained(args.model, padding_side="left")
         reward = vowel_reward
     else:
         # A directory, as a hub model would be: TRL builds the reference model (beta > 0) from it.
-        model = tempfile.mkdtemp(prefix="tiny_qwen2_vl_")
+        model = tmp.name
         tiny_qwen2_vl().save_pretrained(model)
         processor, reward = tiny_processor(), token_reward
     config = trl.GRPOConfig(
@@ -169,6 +170,7 @@ def main() -> None:
                     % (entry["step"], entry["loss"], *("%d" % r if r is not None else "-" for r in rows))
                 )
     frameshard.shut_down()
+    tmp.cleanup()
 
 
 if __name__ == "__main__":

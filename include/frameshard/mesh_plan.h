@@ -176,7 +176,10 @@ struct MeshPlan {
   /// dedup.grid. The replica_* offsets above count uses (the pooled
   /// original grid); a distinct unit's pixels come from the replica of its
   /// first use. Identity (no keys or no repeats): plan is exactly the
-  /// plan without dedup.
+  /// plan without dedup. After encode_mesh's replicated path, where each
+  /// replica encodes its own distinct frames, the distinct_* counts are
+  /// those summed over the replicas (what the towers encoded, once per
+  /// replica).
   FrameDedup dedup;
   /// kCpOnly: `plan` is the CP-only plan (see the banner).
   MeshMode mode = MeshMode::kMesh;

@@ -55,7 +55,8 @@ class RankPlan:
 class DedupCounts:
     """What `dedup` found (frame_sharding.dedup): the frame units, patch rows and merged tokens
     of the call (on a mesh: of every replica), and how many of them are distinct -- the ones the
-    towers encoded, once each across the group."""
+    towers encoded, once each across the group (on the mesh's replicated path, where each replica
+    encodes its own frames: each replica's distinct ones, summed)."""
 
     units: int
     distinct_units: int

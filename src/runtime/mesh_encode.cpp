@@ -282,6 +282,17 @@ MeshEncodeResult encode_replicated(
   }
   res.outputs = std::move(lo.outputs);
   res.plan = std::move(mp);
+  if (!keys.empty()) {
+    // What the towers encoded: each replica's distinct frames, not the
+    // mesh's (a frame in two replicas was encoded in both).
+    FrameDedup& d = res.plan.dedup;
+    d.distinct_units = d.distinct_patch_rows = d.distinct_tokens = 0;
+    for (const FrameDedup& q : dedup) {
+      d.distinct_units += q.distinct_units;
+      d.distinct_patch_rows += q.distinct_patch_rows;
+      d.distinct_tokens += q.distinct_tokens;
+    }
+  }
   return res;
 }
 

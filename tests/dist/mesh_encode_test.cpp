@@ -389,6 +389,10 @@ TEST(MeshEncode, DedupWithSplitFramesAndOnTheReplicatedPath) {
   expect_mesh_parity(rep, local);
   EXPECT_EQ(rep.ranks[0].tower_rows, 64 + 32);       // A, B
   EXPECT_EQ(rep.ranks[2].tower_rows, 32 + 64 + 32);  // B, A, C
+  // Its counts say what the towers encoded: each replica's distinct frames.
+  EXPECT_EQ(rep.ranks[0].res.plan.dedup.units, 7);
+  EXPECT_EQ(rep.ranks[0].res.plan.dedup.distinct_units, 2 + 3);
+  EXPECT_EQ(rep.ranks[0].res.plan.dedup.distinct_patch_rows, 96 + 128);
 }
 
 TEST(MeshEncode, DedupWithoutRepeatsIsTheMeshWithoutDedup) {

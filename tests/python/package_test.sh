@@ -32,6 +32,9 @@ run_example() {
     examples/python/fsdp2_device_mesh.py --family qwen2_5_vl
   OMP_NUM_THREADS=1 "$VENV/bin/torchrun" --standalone --nproc-per-node 4 \
     examples/python/fsdp2_device_mesh.py --family qwen3_vl --dp 2
+  # docs/trl.md's GRPO script: TRL's trainer with frameshard, 2 processes, 2 steps.
+  OMP_NUM_THREADS=1 "$VENV/bin/torchrun" --standalone --nproc-per-node 2 \
+    examples/python/trl_grpo.py --steps 2 --output-dir "$TMP/trl_grpo"
 }
 case "$step" in
 pytest)
@@ -75,5 +78,5 @@ assert not b["gloo_groups"], b'
 run_pytest tests/python/test_package.py tests/python/test_costs.py tests/python/test_wrappers.py \
   tests/python/test_mesh.py tests/python/test_families.py tests/python/test_cp_lm.py \
   tests/python/test_hf_ab.py tests/python/test_hf_split.py tests/python/test_layout.py \
-  tests/python/test_device_mesh.py
+  tests/python/test_device_mesh.py tests/python/test_trl.py
 run_example

@@ -14,6 +14,7 @@ Run: `.venv/bin/python -m pytest tests/python/test_trl.py` after installing the 
 
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -130,3 +131,74 @@ def test_unequal_model_calls_with_gradients_raise_on_every_process(world2):
         assert "run the model as often in its loss pass" in r["message"], r
         assert r["seconds"] < 120, r
     assert len({r["message"].split("] ", 1)[1] for r in per_rank}) == 1, per_rank
+
+
+def _record(seq, name="loss", state=0, calls=1, grad=1, error=""):
+    """A lockstep record as a process sends it (integrations/_lockstep.py)."""
+    import torch
+
+    from frameshard.integrations import _lockstep
+
+    lock = _lockstep.Lockstep(None, torch.device("cpu"), "test")
+    p = _lockstep.Pass(name, seq, 0, torch.nn.Identity()) if seq else None
+    with torch.set_grad_enabled(bool(grad)):
+        return lock._record(p, state, calls, error).tolist()
+
+
+def test_lockstep_decisions_are_the_same_on_every_process():
+    """The decision every process takes from the same records: the most calls any forward makes,
+    or one error naming what differs."""
+    import frameshard
+    from frameshard.integrations._lockstep import CALL, END, FAILED, SLOT, decide
+
+    assert decide([_record(3, calls=0), _record(3, calls=2)], 0, 2, "t") == 2
+    assert decide([_record(3, state=END, calls=0)] * 2, 1, 2, "t") == 0
+    cases = [
+        ([_record(3, state=SLOT), _record(3, state=END)], "run the model as often in its loss pass #3"),
+        ([_record(3), _record(4, name="generation")], "rank 0 in its loss pass #3 (model 0) and rank 1 in its "
+                                                      "generation pass #4"),
+        ([_record(0, state=CALL), _record(3)], "no pass (a vision call outside the trainer's passes)"),
+        ([_record(3, grad=0), _record(3, grad=1)], "same grad mode"),
+        ([_record(3), _record(3, state=FAILED, error="ValueError: boom")], "rank 1 failed in its loss pass #3 "
+                                                                        "(model 0): ValueError: boom"),
+    ]  # fmt: skip
+    for records, text in cases:
+        messages = []
+        for rank in range(2):
+            with pytest.raises(frameshard.FrameshardError, match=r"\[rank %d/2\]" % rank) as e:
+                decide(records, rank, 2, "frameshard.integrations.trl")
+            assert text in str(e.value), (text, str(e.value))
+            assert e.value.frameshard_agreed
+            messages.append(str(e.value).split("] ", 1)[1])
+        assert messages[0] == messages[1]
+
+
+def test_enable_refuses_what_it_cannot_run():
+    import frameshard
+    from frameshard.integrations import trl as fs_trl
+
+    with pytest.raises(frameshard.FrameshardError, match="expected a trl.GRPOTrainer, got object"):
+        fs_trl.enable(object())
+    config = fs_trl.grpo_config()
+    assert (config.enabled, config.dedup, config.mesh_dims, config.min_tokens, config.min_frames) == (
+        True, True, ["dp", "cp"], 0, 0)  # fmt: skip
+    assert fs_trl.SUPPORTED_TRL == ">=1.16.0,<2"
+
+
+def test_one_process_without_torch_distributed():
+    """The example as `python trl_grpo.py` (no launcher, torch.distributed never initialized): a
+    one-rank group of frameshard's own, each step encoding each distinct image once."""
+    import re
+    import subprocess
+
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python", "trl_grpo.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.run(
+            [sys.executable, example, "--steps", "1", "--batch", "4", "--output-dir", tmp],
+            capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"),
+        )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    found = re.search(r"step 1: loss \S+, vision rows encoded (\d+) of (\d+)", p.stdout)
+    assert found, p.stdout[-2000:]
+    encoded, total = int(found.group(1)), int(found.group(2))
+    assert encoded * 4 == total, (encoded, total)  # one process, G = 4 copies of one prompt

@@ -73,7 +73,6 @@ class Pass:
     name: str
     seq: int
     model: int
-    grad: bool
     visual: torch.nn.Module
     keys: list[Any] | None = None
     grid: list[tuple[int, ...]] | None = None
@@ -148,7 +147,7 @@ class Lockstep:
             yield self.current
             return
         self.seq += 1
-        p = Pass(name, self.seq, model, torch.is_grad_enabled(), visual)
+        p = Pass(name, self.seq, model, visual)
         if keys is not None and grid is not None:
             p.keys, p.grid = list(keys), [tuple(r) for r in torch.as_tensor(grid).tolist()]
         self.current = p
