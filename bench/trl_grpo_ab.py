@@ -101,26 +101,6 @@ class _TowerClock:
         self._cls.forward = self._original
 
 
-def tiny_vlm(width: int, depth: int):
-    import torch
-    import transformers
-
-    config = transformers.Qwen2VLConfig(
-        text_config=dict(
-            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
-            num_key_value_heads=1, bos_token_id=None, eos_token_id=1, pad_token_id=0,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]},
-        ),
-        vision_config=dict(
-            depth=depth, embed_dim=width, hidden_size=64, num_heads=max(1, width // 64), mlp_ratio=4, in_channels=3,
-            patch_size=4, temporal_patch_size=2, spatial_merge_size=2,
-        ),
-        vision_start_token_id=2, vision_end_token_id=5, image_token_id=3, video_token_id=4,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    return transformers.Qwen2VLForConditionalGeneration._from_config(config, attn_implementation="sdpa")
-
-
 def worker(args) -> None:
     """One process of one arm (under torchrun)."""
     import torch
@@ -136,7 +116,9 @@ def worker(args) -> None:
     rank = int(os.environ.get("RANK", "0"))
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "model")
-        tiny_vlm(args.width, args.depth).save_pretrained(model)
+        trl_grpo.tiny_qwen2_vl(
+            width=args.width, depth=args.depth, heads=args.width // 64, mlp_ratio=4, hidden=64
+        ).save_pretrained(model)
         config = trl.GRPOConfig(
             output_dir=os.path.join(tmp, "out"),
             per_device_train_batch_size=args.per_device,
@@ -153,7 +135,7 @@ def worker(args) -> None:
             save_strategy="no",
             logging_steps=1,
             disable_tqdm=True,
-            model_init_kwargs=dict(dtype=torch.float32, attn_implementation="sdpa"),
+            model_init_kwargs=dict(dtype=torch.float32, attn_implementation="sdpa"),  # not the saved eager
             gradient_checkpointing=not args.no_checkpointing,
         )
         trainer = trl.GRPOTrainer(

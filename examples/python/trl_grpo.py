@@ -71,17 +71,23 @@ def tiny_processor(family: str = "qwen2_vl", patch: int = 4, max_pixels: int = 6
     )
 
 
-def tiny_qwen2_vl(seed: int = 0) -> transformers.Qwen2VLForConditionalGeneration:
-    """A random Qwen2-VL at tiny sizes whose token ids match tiny_processor's."""
+def tiny_qwen2_vl(
+    seed: int = 0, width: int = 32, depth: int = 2, heads: int = 2, mlp_ratio: int = 2, hidden: int = 48
+) -> transformers.Qwen2VLForConditionalGeneration:
+    """A random Qwen2-VL at tiny sizes whose token ids match tiny_processor's: a vision tower
+    `width` wide, `depth` blocks deep (patch 4, merge 2), and a one-layer language model `hidden`
+    wide (2 heads; the three M-RoPE sections fill half a head)."""
+    half = hidden // 4
     config = transformers.Qwen2VLConfig(
         text_config=dict(
-            vocab_size=128, hidden_size=48, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            num_key_value_heads=1, bos_token_id=None, eos_token_id=1, pad_token_id=0,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 4, 4]},
+            vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=1, bos_token_id=None, eos_token_id=1, pad_token_id=0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                             "mrope_section": [half - 2 * (half // 3), half // 3, half // 3]},
         ),
         vision_config=dict(
-            depth=2, embed_dim=32, hidden_size=48, num_heads=2, mlp_ratio=2, in_channels=3, patch_size=4,
-            temporal_patch_size=2, spatial_merge_size=2,
+            depth=depth, embed_dim=width, hidden_size=hidden, num_heads=heads, mlp_ratio=mlp_ratio, in_channels=3,
+            patch_size=4, temporal_patch_size=2, spatial_merge_size=2,
         ),
         vision_start_token_id=2, vision_end_token_id=5, image_token_id=3, video_token_id=4,
     )  # fmt: skip

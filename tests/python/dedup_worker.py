@@ -185,17 +185,24 @@ def hf_runs(model, visual, forward, config, rank, group, distinct_rows, target=N
     }
 
 
-def scenario_hf_grpo(rank, world, group):
-    """transformers Qwen2-VL through hf.enable: the fixture's images, each repeated 4 times,
-    against the unsharded module without dedup (outputs and every gradient)."""
+def hf_qwen2_vl(order):
+    """(model, vision module, inputs of the fixture's images in `order`, every image's rows):
+    transformers Qwen2-VL in float64."""
     torch.manual_seed(11)
     model, visual, inputs = hf_models.build("qwen2_vl")
     model.double()
     grid = inputs["image_grid_thw"]
     sizes = grid.prod(-1).tolist()
     images = list(inputs["pixel_values"].double().split(sizes))
-    order = [i for _ in range(4) for i in range(len(images))]
-    grpo = {"pixel_values": torch.cat([images[i] for i in order]), "image_grid_thw": grid[order]}
+    order = order(len(images))
+    batch = {"pixel_values": torch.cat([images[i] for i in order]), "image_grid_thw": grid[order]}
+    return model, visual, batch, sizes
+
+
+def scenario_hf_grpo(rank, world, group):
+    """transformers Qwen2-VL through hf.enable: the fixture's images, each repeated 4 times,
+    against the unsharded module without dedup (outputs and every gradient)."""
+    model, visual, grpo, sizes = hf_qwen2_vl(lambda n: [i for _ in range(4) for i in range(n)])
     res = hf_runs(model, visual, lambda: hf_models.vision_outputs(model, visual, grpo), DEDUP, rank, group, sum(sizes))
     res["total_rows"] = 4 * sum(sizes)
     return res
@@ -205,14 +212,8 @@ def scenario_hf_paths(rank, world, group, path):
     """Qwen2-VL through hf.enable with dedup on each path a call can take: the CP group below
     the thresholds (replicated), and the DP x CP 1 mesh with each rank its own batch, sharded and
     below the thresholds. Against each rank's own batch without frameshard."""
-    torch.manual_seed(11)
-    model, visual, inputs = hf_models.build("qwen2_vl")
-    model.double()
-    grid = inputs["image_grid_thw"]
-    sizes = grid.prod(-1).tolist()
-    images = list(inputs["pixel_values"].double().split(sizes))
     order = [0, 0, 1, 1, 2, 0] if rank == 0 or path == "cp_replicated" else [1, 2, 1, 3]
-    batch = {"pixel_values": torch.cat([images[i] for i in order]), "image_grid_thw": grid[order]}
+    model, visual, batch, sizes = hf_qwen2_vl(lambda _n: order)
     config = frameshard.FrameShardingConfig(enabled=True, dedup=True)  # thresholds: replicated
     target = group
     if path.startswith("mesh"):

@@ -49,6 +49,7 @@ def _parity(world2, name, float64=False, tower_trains=True):
                r["passes"])
         )  # fmt: skip
         assert len(r["losses_on"]) == 2 and r["feature_calls"] > 0, r
+        assert r["checkpointing"] == [True, True], "GRPOConfig's gradient checkpointing is off"
         assert r["loss_diff"] <= FLOAT32, (name, rank, r["loss_diff"])
         assert r["param_diff"] <= FLOAT32 * max(1.0, r["param_scale"]), (name, rank, r["param_diff"])
         assert r["feature_diff"] <= FLOAT32 * max(1.0, r["feature_scale"]), (name, rank, r["feature_diff"])

@@ -222,7 +222,9 @@ def run(setup, enabled, tmp, rank, prepare=None):
         full = p.full_tensor() if hasattr(p, "full_tensor") else p
         after_params[n] = full.detach().double()
     logs = trainer.state.log_history
+    base = trainer.model.get_base_model() if setup.peft else trainer.model
     return dict(
+        checkpointing=bool(base.is_gradient_checkpointing),  # GRPOConfig's default, as users run it
         losses=[e["loss"] for e in logs if "loss" in e],
         metrics=[{k: v for k, v in e.items() if k.startswith("frameshard/")} for e in logs if "loss" in e],
         before=before,
@@ -293,6 +295,7 @@ def compare(off, on, setup):
     for c in on["calls"]:
         passes.setdefault(c["name"], []).append(c)
     return dict(
+        checkpointing=[off["checkpointing"], on["checkpointing"]],
         losses_off=off["losses"],
         losses_on=on["losses"],
         loss_diff=loss_diff,
