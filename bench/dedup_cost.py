@@ -13,6 +13,7 @@ Single process, no communication: the per-rank work of dedup. The CP saving come
 `python -m frameshard ab --data.preset grpo`). Run with the project's venv and the package
 (scripts/python-dev.sh; PYTHONPATH=build/python-dev):
     .venv/bin/python bench/dedup_cost.py [--threads 2] [--rows 4096] [--depth 2] [--repeats 3]
+        [--grpo-only] [--grpo-width 128]
 """
 
 import argparse
@@ -32,8 +33,8 @@ RELEASED = dict(embed_dim=1280, num_heads=16, mlp_ratio=4, patch_size=14, tempor
 RELEASED_DEPTH = 32
 
 
-def tower(depth, dtype):
-    config = transformers.Qwen2VLVisionConfig(depth=depth, hidden_size=1536, **RELEASED)
+def tower(depth, dtype, width=RELEASED["embed_dim"]):
+    config = transformers.Qwen2VLVisionConfig(depth=depth, hidden_size=1536, **dict(RELEASED, embed_dim=width))
     config._attn_implementation = "sdpa"
     module = transformers.models.qwen2_vl.modeling_qwen2_vl.Qwen2VisionTransformerPretrainedModel._from_config(
         config, attn_implementation="sdpa"
@@ -77,6 +78,8 @@ def main():
     p.add_argument("--distinct", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--side", type=int, default=16, help="patches per image side in the GRPO batch")
+    p.add_argument("--grpo-width", type=int, default=RELEASED["embed_dim"], help="the GRPO batch's tower width")
+    p.add_argument("--grpo-only", action="store_true", help="skip the hash comparison")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -84,7 +87,7 @@ def main():
     features = 3 * 2 * 14 * 14
     report = {"threads": a.threads, "rows": a.rows, "depth": a.depth, "hash": {}, "grpo": {}}
     side = int(a.rows**0.5) // 2 * 2
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in () if a.grpo_only else (torch.float32, torch.bfloat16):
         model = tower(a.depth, dtype)
         n = a.rows // (side * side) or 1
         pixels = torch.cat(images(n, side, features, dtype))
@@ -101,7 +104,7 @@ def main():
     # hf.enable on a one-rank group (CP 1: the per-rank work), dedup on against off.
     with tempfile.TemporaryDirectory() as tmp:
         dist.init_process_group("gloo", store=dist.FileStore(tmp + "/store", 1), rank=0, world_size=1)
-        model = tower(a.depth, torch.float32)
+        model = tower(a.depth, torch.float32, a.grpo_width)
         distinct = images(a.distinct, a.side, features, torch.float32, seed=1)
         order = [i for _ in range(a.group) for i in range(a.distinct)]
         pixels = torch.cat([distinct[i] for i in order])
@@ -117,14 +120,27 @@ def main():
         "distinct": a.distinct,
         "group": a.group,
         "side": a.side,
+        "width": a.grpo_width,
         "without_dedup_s": t_all,
         "dedup_s": t_dedup,
         "ratio": t_dedup / t_all,
     }
     print(
-        "grpo %d distinct x %d, %dx%d patches, %d blocks: without dedup %.3f s, dedup %.3f s: "
+        "grpo %d distinct x %d, %dx%d patches, width %d, %d blocks: without dedup %.3f s, dedup %.3f s: "
         "dedup / without = %.3f (ideal 1/%d = %.3f)"
-        % (a.distinct, a.group, a.side, a.side, a.depth, t_all, t_dedup, t_dedup / t_all, a.group, 1 / a.group)
+        % (
+            a.distinct,
+            a.group,
+            a.side,
+            a.side,
+            a.grpo_width,
+            a.depth,
+            t_all,
+            t_dedup,
+            t_dedup / t_all,
+            a.group,
+            1 / a.group,
+        )
     )
     if a.json:
         print(json.dumps(report))

@@ -99,10 +99,14 @@ def test_the_package_has_no_import_cycle_counting_lazy_imports():
 
 def test_internal_modules_are_private():
     public = {"frameshard", "frameshard.hf", "frameshard.cli", "frameshard.__main__"}
+    public |= {"frameshard.integrations", "frameshard.integrations.trl"}
     leaked = [m for m in _modules() if m not in public and not any(p.startswith("_") for p in m.split(".")[1:])]
     assert not leaked, leaked
     # The facades' public names are their __all__ (and the subpackages / imports torch needs).
-    for package, extra in ((frameshard, {"hf", "cli", "torch", "logging", "annotations"}), (hf, {"annotations"})):
+    from frameshard.integrations import trl as fs_trl
+
+    facades = ((frameshard, {"hf", "cli", "integrations", "torch", "logging", "annotations"}), (hf, {"annotations"}))
+    for package, extra in (*facades, (fs_trl, {"annotations"})):
         names = {n for n in vars(package) if not n.startswith("_")} - extra - {"FrameshardError"}
         assert set(package.__all__) >= names, sorted(names - set(package.__all__))
         assert all(hasattr(package, n) for n in package.__all__)

@@ -172,7 +172,7 @@ def run(setup, enabled, tmp, rank, prepare=None):
     if enabled:
         fs_trl.enable(trainer, keys=setup.keys)
         lockstep = _patches.state(trainer, "trl").lockstep
-        after, before_call = lockstep.before and lockstep.after, lockstep.before
+        after, before_call = lockstep.after, lockstep.before
         own = []  # this process's images in each call (0: a join)
 
         def before(visual, grid_thw):

@@ -36,10 +36,9 @@ class CallHooks(Protocol):
     """What a caller that drives the vision calls itself (a trainer integration,
     frameshard.integrations) is asked around each sharded call of an enabled vision module."""
 
-    def before(self, visual: torch.nn.Module, grid_thw: torch.Tensor) -> tuple[bool, Sequence[Any] | None]:
-        """(whether to run the sharded call at all, the media_keys for shard_vision or None).
-        Collective where the caller makes it so (a lockstep exchange). False: the module's forward
-        returns None (a join that no rank needed)."""
+    def before(self, visual: torch.nn.Module, grid_thw: torch.Tensor) -> Sequence[Any] | None:
+        """Before the sharded call: the media_keys for shard_vision, or None (hash the pixels).
+        Collective where the caller makes it so (a lockstep exchange)."""
 
     def after(self, plan: Plan) -> None:
         """The plan of a call that ran (its dedup counts, its path)."""
@@ -169,11 +168,7 @@ def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_t
             "hf.context_parallel on the same whole model: its forward routes each visual row to the "
             "CP rank holding its token), got 'owner' and a call without token owners"
         )
-    media_keys = None
-    if state.calls is not None:
-        run, media_keys = state.calls.before(visual, grid_thw)
-        if not run:
-            return None
+    media_keys = state.calls.before(visual, grid_thw) if state.calls is not None else None
     local = _LocalTower(visual, state, kwargs)
     tower = local if state.config.split_frames else _without_pieces(local)
     try:
@@ -226,8 +221,7 @@ def join(visual: torch.nn.Module, dtype: torch.dtype | None = None) -> torch.Ten
     features] pixel values of `dtype`, default the module's, and a [0, 3] grid): it joins the
     collectives of the other ranks' calls and encodes its share of their frames. Returns a zero
     scalar that depends on the outputs, to add to a loss (so that this rank joins the backward
-    too), or a zero scalar without graph when no tower ran (the replicated path, or a caller's
-    CallHooks that skipped the call)."""
+    too), or a zero scalar without graph when no tower ran (the mesh's replicated path)."""
     state = _patches.state(visual, OWNER)
     embed = visual.patch_embed
     features = int(embed.in_channels * embed.temporal_patch_size * embed.patch_size**2)

@@ -207,17 +207,17 @@ class Lockstep:
         return output
 
     # ------------------------------------------------ hf's CallHooks protocol
-    def before(self, visual: torch.nn.Module, grid_thw: torch.Tensor) -> tuple[bool, list[Any] | None]:
-        """Every vision call of an enabled module: one its slot covers runs; another (outside the
-        trainer's passes, or more than its forward announced) is a collective of its own."""
+    def before(self, visual: torch.nn.Module, grid_thw: torch.Tensor) -> list[Any] | None:
+        """Every vision call of an enabled module (its media keys): one its slot covers runs; another
+        (outside the trainer's passes, or more than its forward announced) is a collective of its
+        own, whose record meets the others'."""
         p = self.current
         keys = self._take_keys(p, grid_thw) if p is not None and grid_thw.shape[0] > 0 else None
         if p is not None and p.calls_left > 0:
             p.calls_left -= 1
-            return True, keys
-        if self.world > 1:
+        elif self.world > 1:
             self._exchange(p, CALL, 1)
-        return True, keys
+        return keys
 
     def after(self, plan: Plan) -> None:
         self.counts.add(plan)

@@ -27,35 +27,34 @@ process. What was encoded is logged each step ("frameshard" logger) and put into
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-from typing import Any
+import dataclasses as _dataclasses
+import logging as _logging
+from typing import Any as _Any
 
-from ... import _unwrap, hf
+from ... import _unwrap
+from ... import hf as _hf
 from ..._C import FrameshardError
-from ..._config import FrameShardingConfig
+from ..._config import FrameShardingConfig as _Config
 from ...hf import _patches, _vision
 from .. import _accelerate
-from .._lockstep import Lockstep
+from .._lockstep import Lockstep as _Lockstep
 from . import _compat, _grpo
 from ._compat import SUPPORTED_TRL
 
-_LOG = logging.getLogger("frameshard")
+_LOG = _logging.getLogger("frameshard")
 _FN = "frameshard.integrations.trl.enable"
 KEYS = ("groups", "pixels")
 
 
-def grpo_config() -> FrameShardingConfig:
+def grpo_config() -> _Config:
     """The defaults of `enable(trainer, None)`: sharding and dedup on, over the dp x cp mesh of
     the trainer's processes, with no thresholds (every call pools the processes' images, however
     few: the copies of a prompt group are spread over processes) and no floor frames (every row a
     tower encodes is a real one)."""
-    return FrameShardingConfig(
-        enabled=True, dedup=True, mesh_dims=["dp", "cp"], min_tokens=0, min_frames=0, min_local_patch_rows=0
-    )
+    return _Config(enabled=True, dedup=True, mesh_dims=["dp", "cp"], min_tokens=0, min_frames=0, min_local_patch_rows=0)
 
 
-def _is_grpo(trainer: Any) -> bool:
+def _is_grpo(trainer: _Any) -> bool:
     try:
         from trl import GRPOTrainer  # noqa: PLC0415  (trl is an optional extra)
     except ImportError:
@@ -63,10 +62,10 @@ def _is_grpo(trainer: Any) -> bool:
     return isinstance(trainer, GRPOTrainer)
 
 
-def _config(config: FrameShardingConfig | None) -> FrameShardingConfig:
+def _config(config: _Config | None) -> _Config:
     if config is None:
         return grpo_config()
-    if not isinstance(config, FrameShardingConfig):
+    if not isinstance(config, _Config):
         raise FrameshardError(
             "%s: expected config a frameshard.FrameShardingConfig or None, got %s" % (_FN, type(config).__name__)
         )
@@ -80,11 +79,11 @@ def _config(config: FrameShardingConfig | None) -> FrameShardingConfig:
         _LOG.info(
             "%s: mesh_dims %s -> ['dp', 'cp'] (the trainer's processes hold different batches)", _FN, config.mesh_dims
         )
-        config = dataclasses.replace(config, mesh_dims=["dp", "cp"])
+        config = _dataclasses.replace(config, mesh_dims=["dp", "cp"])
     return config
 
 
-def enable(trainer: Any, config: FrameShardingConfig | None = None, *, keys: str = "groups") -> Any:
+def enable(trainer: _Any, config: _Config | None = None, *, keys: str = "groups") -> _Any:
     """Makes every vision pass of `trainer` (a trl.GRPOTrainer, built, not yet training) encode
     each distinct image once across all its processes; returns the trainer. `config` None is
     `grpo_config()`; another config is taken with mesh_dims ["dp", "cp"] (the processes hold
@@ -107,21 +106,26 @@ def enable(trainer: Any, config: FrameShardingConfig | None = None, *, keys: str
     config = _config(config)
     group, mesh, device = _accelerate.mesh_of(trainer.accelerator, _FN)
     models = [trainer.model] + ([trainer.ref_model] if getattr(trainer, "ref_model", None) is not None else [])
-    lockstep = Lockstep(group, device, "frameshard.integrations.trl")
-    visuals = []
+    lockstep = _Lockstep(group, device, "frameshard.integrations.trl")
     for model in models:
-        visual = hf.enable(model, mesh, config)
-        if not hasattr(visual, "patch_embed"):
-            hf.disable(model)
+        if _hf._features_model(model) is not None:
             raise FrameshardError(
-                "%s: expected a model sharded at its vision module (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, "
-                "GLM-4V), got %s (sharded at get_image_features: one CP group only)" % (_FN, type(visual).__name__)
+                "%s: expected a model sharded at its vision module (Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), "
+                "Qwen3.5(-MoE), GLM-4.1V/4.5V), got %s (sharded at get_image_features, over one CP group only)"
+                % (_FN, _unwrap.describe(model))
             )
-        _patches.state(visual, _vision.OWNER).calls = lockstep
-        visuals.append(visual)
+    visuals = []
+    try:
+        for model in models:
+            visual = _hf.enable(model, mesh, config)
+            _patches.state(visual, _vision.OWNER).calls = lockstep
+            visuals.append(visual)
+    except BaseException:
+        for model in models[: len(visuals)]:
+            _hf.disable(model)
+        raise
     session = _grpo.Session(
         lockstep=lockstep,
-        config=config,
         keys=keys,
         roots=[_unwrap.unwrap_module(m) for m in models],
         visuals=visuals,
@@ -140,18 +144,18 @@ def enable(trainer: Any, config: FrameShardingConfig | None = None, *, keys: str
     return trainer
 
 
-def disable(trainer: Any) -> bool:
+def disable(trainer: _Any) -> bool:
     """Undoes `enable` (the trainer's methods, the forward hooks, hf.enable on its models);
     False if it was not enabled."""
     session = _grpo.remove(trainer)
     if session is None:
         return False
     for root in session.roots:
-        hf.disable(root)
+        _hf.disable(root)
     return True
 
 
-def is_enabled(trainer: Any) -> bool:
+def is_enabled(trainer: _Any) -> bool:
     """Whether `enable` is in force on the trainer."""
     return _patches.state(trainer, _grpo.OWNER) is not None
 

@@ -3,10 +3,11 @@
 `install` wraps methods of the trainer INSTANCE (its class is untouched; `remove` restores them,
 through the same patch registry as frameshard.hf):
 
-- `_generate` (the generation: the prefill of `generate` encodes the images) and
-  `_get_per_token_logps_and_entropies` (the old and reference log-probs without gradients, the
-  loss's forward with them) are passes of the Lockstep (integrations/_lockstep.py): their vision
-  calls line up across processes, and a process whose batch has no image joins the others'.
+- The policy model's own `generate` (the generation: it encodes the images before or in its
+  prefill) and `_get_per_token_logps_and_entropies` (the old and reference log-probs without
+  gradients, the loss's forward with them) are passes of the Lockstep (integrations/_lockstep.py):
+  their vision calls line up across processes, and a process whose batch has no image joins the
+  others' (forward hooks of each enabled model's module that calls its vision module).
 - `_generate_and_score_completions` knows which rows are copies: RepeatSampler repeats each
   prompt G times in a row of the global batch, and accelerate hands each process a contiguous
   slice of it (TRL's own `process_slice` rests on the same order), so global row i belongs to
@@ -30,7 +31,6 @@ from typing import Any
 import torch
 
 from ... import _unwrap
-from ..._config import FrameShardingConfig
 from ...hf import _patches
 from .._lockstep import Counts, Lockstep, media_calls
 
@@ -44,11 +44,10 @@ class Session:
     """What one enabled trainer runs with (the patch registry's state of OWNER)."""
 
     lockstep: Lockstep
-    config: FrameShardingConfig
     keys: str  # "groups" (the trainer's prompt groups) or "pixels" (frame_keys)
     roots: list[torch.nn.Module]  # the unwrapped models: the policy, then the reference model
     visuals: list[torch.nn.Module]  # their enabled vision modules
-    hooks: list[Any]  # forward hook handles (the policy's joins inside a forward)
+    hooks: list[Any]  # forward hook handles (the joins inside a forward)
     row_groups: list[int] | None = None  # of the rows being processed
     pending: tuple = (None, None)  # (keys, grid) of the generation about to run
     step: Counts = dataclasses.field(default_factory=Counts)
