@@ -101,8 +101,8 @@ class _TowerClock:
         self._cls.forward = self._original
 
 
-def worker(args) -> None:
-    """One process of one arm (under torchrun)."""
+def _trainer(args, tmp: str):
+    """The arm's GRPOTrainer over a model saved in `tmp`, frameshard enabled as the arm says."""
     import torch
     import trl
 
@@ -112,73 +112,89 @@ def worker(args) -> None:
     import frameshard
     from frameshard.integrations import trl as fs_trl
 
+    model = os.path.join(tmp, "model")
+    trl_grpo.tiny_qwen2_vl(
+        width=args.width, depth=args.depth, heads=args.width // 64, mlp_ratio=4, hidden=64
+    ).save_pretrained(model)
+    config = trl.GRPOConfig(
+        output_dir=os.path.join(tmp, "out"),
+        per_device_train_batch_size=args.per_device,
+        num_generations=args.generations,
+        steps_per_generation=args.steps_per_generation,
+        max_completion_length=8,
+        max_steps=args.steps,
+        beta=args.beta,
+        use_cpu=True,
+        bf16=False,
+        seed=5,
+        log_multimodal=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        model_init_kwargs=dict(dtype=torch.float32, attn_implementation="sdpa"),  # not the saved eager
+        gradient_checkpointing=not args.no_checkpointing,
+    )
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=trl_grpo.token_reward,
+        args=config,
+        train_dataset=trl_grpo.prompts(64, sizes=SIZES),
+        processing_class=trl_grpo.tiny_processor(max_pixels=128 * 128),
+    )
+    if args.arm == "local":
+        fs_trl.enable(trainer, frameshard.FrameShardingConfig(enabled=False, dedup=True, min_local_patch_rows=0))
+    elif args.arm == "mesh":
+        fs_trl.enable(trainer)
+    elif args.arm == "split":  # a frame larger than its share cut across the processes
+        # No exchange latency: the FLOP model prices 50 us as a GPU's 5 GFLOP, more than these frames cost.
+        split = dataclasses.replace(fs_trl.grpo_config(), split_frames=True, split_exchange_latency_us=0.0)
+        fs_trl.enable(trainer, split)
+    return trainer
+
+
+def _count_passes(trainer) -> dict:
+    """pass name -> [rows, distinct rows] of its vision calls, both processes together."""
+    from frameshard.hf import _patches
+
+    passes: dict = {}
+    if _patches.state(trainer, "trl") is None:
+        return passes
+    lockstep = _patches.state(trainer, "trl").lockstep
+    after = lockstep.after
+
+    def count(plan):
+        after(plan)
+        entry = passes.setdefault(lockstep.current.name if lockstep.current else "outside", [0, 0])
+        entry[0] += plan.dedup.patch_rows
+        entry[1] += plan.dedup.distinct_patch_rows
+
+    lockstep.after = count
+    return passes
+
+
+def worker(args) -> None:
+    """One process of one arm (under torchrun)."""
+    import torch
+
+    import frameshard
+
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
     with tempfile.TemporaryDirectory() as tmp:
-        model = os.path.join(tmp, "model")
-        trl_grpo.tiny_qwen2_vl(
-            width=args.width, depth=args.depth, heads=args.width // 64, mlp_ratio=4, hidden=64
-        ).save_pretrained(model)
-        config = trl.GRPOConfig(
-            output_dir=os.path.join(tmp, "out"),
-            per_device_train_batch_size=args.per_device,
-            num_generations=args.generations,
-            steps_per_generation=args.steps_per_generation,
-            max_completion_length=8,
-            max_steps=args.steps,
-            beta=args.beta,
-            use_cpu=True,
-            bf16=False,
-            seed=5,
-            log_multimodal=False,
-            report_to="none",
-            save_strategy="no",
-            logging_steps=1,
-            disable_tqdm=True,
-            model_init_kwargs=dict(dtype=torch.float32, attn_implementation="sdpa"),  # not the saved eager
-            gradient_checkpointing=not args.no_checkpointing,
-        )
-        trainer = trl.GRPOTrainer(
-            model=model,
-            reward_funcs=trl_grpo.token_reward,
-            args=config,
-            train_dataset=trl_grpo.prompts(64, sizes=SIZES),
-            processing_class=trl_grpo.tiny_processor(max_pixels=128 * 128),
-        )
-        if args.arm == "local":
-            local = frameshard.FrameShardingConfig(enabled=False, dedup=True, min_local_patch_rows=0)
-            fs_trl.enable(trainer, local)
-        elif args.arm == "mesh":
-            fs_trl.enable(trainer)
-        elif args.arm == "split":  # a frame larger than its share cut across the processes
-            # No exchange latency: the FLOP model prices 50 us as a GPU's 5 GFLOP, more than these frames cost.
-            split = dataclasses.replace(fs_trl.grpo_config(), split_frames=True, split_exchange_latency_us=0.0)
-            fs_trl.enable(trainer, split)
-        passes = {}  # pass name -> [rows, distinct rows] of its calls, both processes together
-        if args.arm != "off":
-            from frameshard.hf import _patches
-
-            lockstep = _patches.state(trainer, "trl").lockstep
-            after = lockstep.after
-
-            def count(plan):
-                after(plan)
-                entry = passes.setdefault(lockstep.current.name if lockstep.current else "outside", [0, 0])
-                entry[0] += plan.dedup.patch_rows
-                entry[1] += plan.dedup.distinct_patch_rows
-
-            lockstep.after = count
-        clocks = [_TowerClock(trainer.model.model.visual)]
+        trainer = _trainer(args, tmp)
+        passes = _count_passes(trainer)
+        visual = trainer.model.model.visual
+        clock = _TowerClock(visual)
         seen = []
-        trainer.model.model.visual.patch_embed.register_forward_pre_hook(lambda _m, a: seen.append(a[0].shape[0]))
+        visual.patch_embed.register_forward_pre_hook(lambda _m, a: seen.append(a[0].shape[0]))
         torch.manual_seed(11)
         _reset_rss_peak()
         start = time.perf_counter()
         trainer.train()
         train_s = time.perf_counter() - start
         peak = _rss_peak_kib()
-        for c in clocks:
-            c.remove()
+        clock.remove()
         logs = [e for e in trainer.state.log_history if "loss" in e]
         result = dict(
             rank=rank,
@@ -186,9 +202,9 @@ def worker(args) -> None:
             steps=args.steps,
             train_s=train_s,
             step_s=train_s / args.steps,
-            vision_forward_s=clocks[0].forward_s,
-            vision_backward_s=clocks[0].backward_s,
-            vision_s=clocks[0].forward_s + clocks[0].backward_s,
+            vision_forward_s=clock.forward_s,
+            vision_backward_s=clock.backward_s,
+            vision_s=clock.forward_s + clock.backward_s,
             peak_rss_mib=peak / 1024,
             tower_rows=int(sum(seen)),
             losses=[e["loss"] for e in logs],

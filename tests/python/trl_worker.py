@@ -105,13 +105,10 @@ def _keep(features, out):
         features.append([t.detach().double().clone() for t in tensors])
 
 
-def run(setup, enabled, tmp, rank, prepare=None):
-    """One GRPO run (see the module docstring); returns its record."""
+def _trainer(setup, tmp):
+    """The GRPOTrainer of `setup` over the model saved in `tmp`."""
     import trl
     import trl_grpo
-
-    from frameshard.hf import _patches
-    from frameshard.integrations import trl as fs_trl
 
     kwargs = dict(dtype=setup.dtype, attn_implementation="eager")
     config = trl.GRPOConfig(
@@ -151,7 +148,7 @@ def run(setup, enabled, tmp, rank, prepare=None):
 
         model = transformers.AutoModelForImageTextToText.from_pretrained(model, **kwargs)
         model.model.visual.requires_grad_(False)
-    trainer = trl.GRPOTrainer(
+    return trl.GRPOTrainer(
         model=model,
         reward_funcs=trl_grpo.token_reward,
         args=config,
@@ -159,45 +156,51 @@ def run(setup, enabled, tmp, rank, prepare=None):
         processing_class=trl_grpo.tiny_processor(setup.family),
         peft_config=peft_config,
     )
-    seen = []  # the rows of every tower call of the policy and the reference model
-    features = []  # what every vision call with images of this process returned
+
+
+def _watch_towers(trainer, setup, seen, features):
+    """The rows of every tower call of the policy and the reference model into `seen`; what
+    every vision call with images of this process returned into `features`."""
     for model in (trainer.model, getattr(trainer, "ref_model", None)):
         if model is not None:
             visual = (model.get_base_model() if setup.peft else model).model.visual
             visual.patch_embed.register_forward_pre_hook(lambda _m, a: seen.append(int(a[0].shape[0])))
             visual.register_forward_hook(lambda _m, _a, out: _keep(features, out))
-    calls = []
-    if prepare is not None:
-        prepare(trainer)
-    if enabled:
-        fs_trl.enable(trainer, keys=setup.keys)
-        lockstep = _patches.state(trainer, "trl").lockstep
-        after, before_call = lockstep.after, lockstep.before
-        own = []  # this process's images in each call (0: a join)
 
-        def before(visual, grid_thw):
-            own.append(int(grid_thw.shape[0]))
-            return before_call(visual, grid_thw)
 
-        lockstep.before = before
+def _watch_calls(trainer, rank, calls):
+    """Each enabled vision call into `calls`: its pass, the plan's distinct and total rows over
+    all processes, this process's real and local rows and its own images (0: a join)."""
+    from frameshard.hf import _patches
 
-        def record(plan):
-            after(plan)
-            d = plan.dedup
-            calls.append(
-                dict(
-                    name=lockstep.current.name if lockstep.current else None,
-                    distinct=d.distinct_patch_rows,
-                    total=d.patch_rows,
-                    real=plan.ranks[rank].real_patch_rows,
-                    local=plan.ranks[rank].local_patch_rows,
-                    own=own[-1],
-                )
+    lockstep = _patches.state(trainer, "trl").lockstep
+    after, before_call = lockstep.after, lockstep.before
+    own = []
+
+    def before(visual, grid_thw):
+        own.append(int(grid_thw.shape[0]))
+        return before_call(visual, grid_thw)
+
+    def record(plan):
+        after(plan)
+        d = plan.dedup
+        calls.append(
+            dict(
+                name=lockstep.current.name if lockstep.current else None,
+                distinct=d.distinct_patch_rows,
+                total=d.patch_rows,
+                real=plan.ranks[rank].real_patch_rows,
+                local=plan.ranks[rank].local_patch_rows,
+                own=own[-1],
             )
+        )
 
-        lockstep.after = record
-    before = {n: p.detach().double().clone() for n, p in trainer.model.named_parameters()}
-    grads = []  # every parameter's gradient at each optimizer step
+    lockstep.before, lockstep.after = before, record
+
+
+def _train(trainer, setup):
+    """trainer.train(); every parameter's gradient at each optimizer step."""
+    grads = []
     original_step = torch.optim.SGD.step
 
     def step(self, *a, **k):
@@ -211,24 +214,40 @@ def run(setup, enabled, tmp, rank, prepare=None):
 
     torch.optim.SGD.step = step
     torch.manual_seed(7)
-    context = _fsdp2(trainer) if setup.fsdp2 else contextlib.nullcontext()
     try:
-        with context:
+        with _fsdp2(trainer) if setup.fsdp2 else contextlib.nullcontext():
             trainer.train()
     finally:
         torch.optim.SGD.step = original_step
-    after_params = {}
+    return grads
+
+
+def run(setup, enabled, tmp, rank, prepare=None):
+    """One GRPO run (see the module docstring); returns its record."""
+    from frameshard.integrations import trl as fs_trl
+
+    trainer = _trainer(setup, tmp)
+    seen, features, calls = [], [], []
+    _watch_towers(trainer, setup, seen, features)
+    if prepare is not None:
+        prepare(trainer)
+    if enabled:
+        fs_trl.enable(trainer, keys=setup.keys)
+        _watch_calls(trainer, rank, calls)
+    before = {n: p.detach().double().clone() for n, p in trainer.model.named_parameters()}
+    grads = _train(trainer, setup)
+    after = {}
     for n, p in trainer.model.named_parameters():
         full = p.full_tensor() if hasattr(p, "full_tensor") else p
-        after_params[n] = full.detach().double()
-    logs = trainer.state.log_history
+        after[n] = full.detach().double()
+    logs = [e for e in trainer.state.log_history if "loss" in e]
     base = trainer.model.get_base_model() if setup.peft else trainer.model
     return dict(
         checkpointing=bool(base.is_gradient_checkpointing),  # GRPOConfig's default, as users run it
-        losses=[e["loss"] for e in logs if "loss" in e],
-        metrics=[{k: v for k, v in e.items() if k.startswith("frameshard/")} for e in logs if "loss" in e],
+        losses=[e["loss"] for e in logs],
+        metrics=[{k: v for k, v in e.items() if k.startswith("frameshard/")} for e in logs],
         before=before,
-        after=after_params,
+        after=after,
         seen=seen,
         calls=calls,
         grads=grads,
