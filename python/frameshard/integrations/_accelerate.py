@@ -6,7 +6,7 @@ vision calls run on a group of their own over the same processes, created here o
 every process calls `mesh_of` in the same order, as `enable` does), so that they never interleave
 with the gradient reductions of DDP or FSDP on the default group:
 
-    group, mesh, device = mesh_of(trainer.accelerator, "frameshard.integrations.trl.enable")
+    mesh, device = mesh_of(trainer.accelerator, "frameshard.integrations.trl.enable")
     frameshard.hf.enable(model, mesh, config)   # mesh_dims ["dp", "cp"]
 
 A one-process job has no torch.distributed group: it gets a one-rank Gloo group of its own (the
@@ -55,8 +55,8 @@ def data_parallel_size(accelerator: Any, fn: str) -> int:
     return int(accelerator.num_processes)
 
 
-def mesh_of(accelerator: Any, fn: str) -> tuple[dist.ProcessGroup, Mesh, torch.device]:
-    """(frameshard's group over every process, the dp x 1 Mesh on it, the device of its
+def mesh_of(accelerator: Any, fn: str) -> tuple[Mesh, torch.device]:
+    """(the dp x 1 Mesh on frameshard's own group over every process, the device of its
     exchanges). Collective where torch.distributed is initialized (dist.new_group)."""
     dp = data_parallel_size(accelerator, fn)
     initialized = dist.is_available() and dist.is_initialized()
@@ -65,8 +65,7 @@ def mesh_of(accelerator: Any, fn: str) -> tuple[dist.ProcessGroup, Mesh, torch.d
             "%s: expected torch.distributed initialized for %d processes, got it uninitialized" % (fn, dp)
         )
     if not initialized:
-        group = _one_rank_group()
-        return group, Mesh(group, 1, 1), torch.device("cpu")
+        return Mesh(_one_rank_group(), 1, 1), torch.device("cpu")
     if dist.get_world_size() != dp:
         raise FrameshardError(
             "%s: expected the accelerator's %d processes to be torch.distributed's world, got a world of %d"
@@ -75,4 +74,4 @@ def mesh_of(accelerator: Any, fn: str) -> tuple[dist.ProcessGroup, Mesh, torch.d
     group = dist.new_group(backend=dist.get_backend())
     backend = dist.get_backend(group)
     device = torch.device("cpu") if backend == "gloo" else torch.device(accelerator.device)
-    return group, Mesh(group, dp, 1), device
+    return Mesh(group, dp, 1), device

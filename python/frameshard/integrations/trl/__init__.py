@@ -104,9 +104,9 @@ def enable(trainer: _Any, config: _Config | None = None, *, keys: str = "groups"
     if keys not in KEYS:
         raise FrameshardError("%s: keys: expected one of %s, got %r" % (_FN, ", ".join(KEYS), keys))
     config = _config(config)
-    group, mesh, device = _accelerate.mesh_of(trainer.accelerator, _FN)
+    mesh, device = _accelerate.mesh_of(trainer.accelerator, _FN)
     models = [trainer.model] + ([trainer.ref_model] if getattr(trainer, "ref_model", None) is not None else [])
-    lockstep = _Lockstep(group, device, "frameshard.integrations.trl")
+    lockstep = _Lockstep(mesh.group, device, "frameshard.integrations.trl")
     for model in models:
         if _hf._features_model(model) is not None:
             raise FrameshardError(
