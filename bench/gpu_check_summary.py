@@ -1,5 +1,5 @@
 """The short text summary of bench/gpu_check.py's JSON: a few lines per section, the figures
-docs/performance.md's GPU section takes. Reads only what the steps wrote; a missing figure
+docs/performance-gpu.md takes. Reads only what the steps wrote; a missing figure
 prints as "-" (a step that failed, timed out or was skipped says so in its own line)."""
 
 from __future__ import annotations

@@ -42,8 +42,12 @@ What it checks, over README.md and docs/*.md (outside fenced blocks for links an
   and need only the built CLI (`build/frameshard plan ...`, `build/frameshard train
   --print-config`): never builds, training runs or GPU commands.
 
+* Length: README.md has at most README_MAX_LINES lines (300) and every docs/*.md page at most
+  DOCS_PAGE_MAX_LINES (400), so a newcomer can read each; a longer page fails naming the file, the
+  limit and its count (split a page by task, move README detail to docs/).
+
 Without a binary, or when it does not exist, the CLI, key and runnable checks are skipped with a
-notice; the link and path checks still run. A binary built without the runtime (plan and analyze
+notice; the link, path and length checks still run. A binary built without the runtime (plan and analyze
 only, no `train --print-config`) checks what it has and skips, with a notice, the commands and
 runnable blocks of the subcommands it lacks and the config keys. Each failure is printed as
 `file:line: expected ..., found ...`; the exit code is 1 when there is any, else 0.
@@ -77,6 +81,10 @@ from markdown_pages import (  # noqa: E402  (next to this file)
     tokenize,
     yaml_paths,
 )
+
+# Page lengths a newcomer can read (lines, as an editor counts them).
+README_MAX_LINES = 300
+DOCS_PAGE_MAX_LINES = 400
 
 
 class Cli:
@@ -168,6 +176,20 @@ class Checker:
         if path not in self.pages:
             self.pages[path] = Page(path, os.path.relpath(path, self.root))
         return self.pages[path]
+
+    # Page length.
+    def check_length(self, page):
+        with open(page.path, encoding="utf-8") as f:
+            count = len(f.read().splitlines())
+        limit = README_MAX_LINES if page.rel == "README.md" else DOCS_PAGE_MAX_LINES
+        if count > limit:
+            self.fail(
+                page,
+                limit + 1,
+                "%s to have at most %d lines (%s)"
+                % (page.rel, limit, "README_MAX_LINES" if page.rel == "README.md" else "DOCS_PAGE_MAX_LINES"),
+                "%d lines" % count,
+            )
 
     # Links and anchors.
     def check_links(self, page):
@@ -460,6 +482,7 @@ def main(argv):
                 continue
             page = checker.page(path)
             checker.count["files"] += 1
+            checker.check_length(page)
             checker.check_links(page)
             checker.check_paths(page)
             if cli is not None:

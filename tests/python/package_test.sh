@@ -27,7 +27,7 @@ run_pytest() {
 run_example() {
   cd "$ROOT"
   "$VENV/bin/torchrun" --standalone --nproc-per-node 2 examples/python/hf_train_step.py
-  # docs/python.md's FSDP2 + DeviceMesh script, on both families it shows: cp 2, then dp 2 x cp 2.
+  # docs/python-wrappers.md's FSDP2 + DeviceMesh script, on both families it shows: cp 2, then dp 2 x cp 2.
   OMP_NUM_THREADS=1 "$VENV/bin/torchrun" --standalone --nproc-per-node 2 \
     examples/python/fsdp2_device_mesh.py --family qwen2_5_vl
   OMP_NUM_THREADS=1 "$VENV/bin/torchrun" --standalone --nproc-per-node 4 \
