@@ -29,7 +29,16 @@ from ._calibrate_exchange import calibrate_exchange
 from ._config import FrameShardingConfig, parse_yaml
 from ._groups import Mesh
 from ._plan import DedupCounts, FrameUnit, MeshChoice, Plan, RankPlan, plan, workload
-from ._shard import FramePiece, all_gather_rows, frame_keys, shard_vision, visual_token_owners
+from ._shard import (
+    FramePiece,
+    PieceTower,
+    Tower,
+    TowerGeometry,
+    all_gather_rows,
+    frame_keys,
+    shard_vision,
+    visual_token_owners,
+)
 from ._shutdown import shut_down
 from ._towers import TowerDims, cost_model, tower_dims
 
@@ -88,9 +97,12 @@ __all__ = [
     "FrameUnit",
     "FrameshardError",
     "Mesh",
+    "PieceTower",
     "Plan",
     "RankPlan",
+    "Tower",
     "TowerDims",
+    "TowerGeometry",
     "all_gather_rows",
     "build_info",
     "calibrate",

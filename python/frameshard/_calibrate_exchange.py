@@ -30,7 +30,7 @@ from ._C import FrameshardError
 from ._calibrate import check_clock, clock_timer, synchronize
 from ._config import FrameShardingConfig
 from ._groups import Timeout, millis, resolve
-from ._shard import shard_vision
+from ._shard import TowerGeometry, shard_vision
 
 _log = logging.getLogger(__name__)
 _MERGE = 2
@@ -132,7 +132,7 @@ def calibrate_exchange(
         dist.barrier(group=pg)
         synchronize(device)
         start = timer()
-        out = shard_vision(probe, pixels, grid, pg, config, spatial_merge_size=_MERGE, timeout=timeout)
+        out = shard_vision(probe, pixels, grid, pg, config, geometry=TowerGeometry(_MERGE), timeout=timeout)
         out.float().square().mean().backward()
         synchronize(device)
         return timer() - start

@@ -4,9 +4,10 @@ Both are collective: every rank of the group must call them, with the same count
 config (with a `Mesh`, each rank its own replica's grid_thw). The GIL is released while the C++
 collectives run; a Python tower is called back with it.
 
-Split frames (`split_frames: true`): a tower that declares the keyword parameters `pieces` and
-`exchange` may receive a piece of a frame -- a contiguous range of its patch rows -- instead of
-whole frames; see `shard_vision` for the contract and `FramePiece`.
+The tower is a `Tower` (`tower(pixel_values, grid_thw, cu_seqlens)`); with `split_frames: true` a
+`PieceTower`, which declares the keyword parameters `pieces` and `exchange` and may receive a piece
+of a frame -- a contiguous range of its patch rows, a `FramePiece` -- instead of whole frames.
+`TowerGeometry` says how its patches make tokens.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import hashlib
 import inspect
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, Protocol, Union
 
 import torch
 import torch.distributed as dist
@@ -31,8 +32,21 @@ from ._towers import TowerDims, resolve_dims
 _LOG = logging.getLogger("frameshard")
 
 TowerOutput = Union[torch.Tensor, Sequence[torch.Tensor]]  # noqa: UP007  (evaluated at import)
-Tower = Callable[..., TowerOutput]
 Exchange = Callable[[torch.Tensor], list]
+
+
+@dataclasses.dataclass(frozen=True)
+class TowerGeometry:
+    """How a tower turns patches into tokens, which the plan's frame units follow (C++:
+    frameshard::MediaLayout, include/frameshard/frames.h). Qwen-VL's are the defaults.
+
+    Attributes:
+        spatial_merge_size: the merger's side: merge x merge patches make one output token.
+        temporal_patch_size: frames per temporal patch (a pixel row holds that many frames).
+    """
+
+    spatial_merge_size: int = 2
+    temporal_patch_size: int = 2
 
 
 class FramePiece(NamedTuple):
@@ -51,6 +65,61 @@ class FramePiece(NamedTuple):
     @property
     def rows(self) -> int:
         return self.end - self.begin
+
+
+class Tower(Protocol):
+    """What `shard_vision` calls on every rank: the tower on this rank's frames, each frame encoded
+    independently (a torch.nn.Module whose forward takes these is one).
+
+    Args:
+        pixel_values: the local patch rows [local_patch_rows, features].
+        grid_thw: the local int64 grid [rows, 3]: consecutive frames of one media item merged into
+            one (count, h, w) row, then floor-padding and dummy zero frames (their outputs are
+            dropped).
+        cu_seqlens: int32, one segment per frame.
+
+    Returns one [tokens, hidden] tensor or a tuple/list of them (e.g. embeddings and DeepStack
+    features), of one dtype.
+    """
+
+    def __call__(
+        self, pixel_values: torch.Tensor, grid_thw: torch.Tensor, cu_seqlens: torch.Tensor, /
+    ) -> TowerOutput: ...
+
+
+class PieceTower(Protocol):
+    """A `Tower` that takes pieces, which `config.split_frames` requires (a tower without the keyword
+    parameters `pieces` and `exchange` -- a bare **kwargs does not count -- is refused with an
+    error naming split_frames). It is always called with them:
+
+    pieces: a tuple of FramePiece, the local frames of which this rank holds only rows [begin,
+        end). Such a frame has its own grid row (1, h, w), the WHOLE frame's geometry, and its
+        cu_seqlens segment counts the piece's rows.
+    exchange: None when the plan split nothing, else a callable. Contract, as frameshard's C++
+        towers keep it: positions (rotary ids, learned position tables, windows) come from the
+        whole frame at the piece's rows; in every full-attention layer, in layer order, call
+        `outs = exchange(rows)` exactly once -- EVERY rank, also one without pieces -- with rows =
+        [local rows, F] (all local rows, e.g. torch.cat([k, v], 1) flattened over heads, in the
+        tower's current row order); use outs[0] in place of rows (same values, tied to the
+        collective so that its backward runs on every rank) and outs[1 + j], the whole frame's rows
+        of pieces[j] (every holder's rows, in rank order), as the keys and values that piece's
+        queries attend to. Layers that attend within windows of a piece, MLPs, norms and mergers
+        stay local. The exchange is differentiable (its backward returns each row's gradient to
+        the rank that sent it) and collective; it releases the GIL, is valid only during the call
+        that received it, and a rank whose tower raises makes every peer's next exchange raise the
+        same FrameshardError.
+    """
+
+    def __call__(
+        self,
+        pixel_values: torch.Tensor,
+        grid_thw: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        /,
+        *,
+        pieces: tuple[FramePiece, ...],
+        exchange: Exchange | None,
+    ) -> TowerOutput: ...
 
 
 def takes_pieces(tower: object) -> bool:
@@ -91,15 +160,14 @@ def _trainable(tower: object) -> bool:
 
 
 def shard_vision(
-    tower: Tower,
+    tower: Tower | PieceTower,
     pixel_values: torch.Tensor,
     grid_thw: GridLike,
     group: Any = None,
     config: FrameShardingConfig | None = None,
     *,
+    geometry: TowerGeometry = TowerGeometry(),
     cp_size: int | None = None,
-    spatial_merge_size: int = 2,
-    temporal_patch_size: int = 2,
     tower_trainable: bool | None = None,
     timeout: Timeout = None,
     return_plan: bool = False,
@@ -108,85 +176,34 @@ def shard_vision(
     mesh: Mesh | None = None,
     media_keys: Sequence[Any] | None = None,
 ) -> TowerOutput | None | tuple[TowerOutput | None, Plan]:
-    """Runs `tower` on this rank's frames only and returns the gathered outputs, in order.
+    """Runs `tower` on this rank's frames only and returns every frame's outputs, gathered in order.
+
+    Collective over the group: every rank passes the same pixel_values, grid_thw and config (with a
+    mesh, its replica's media). A failure on any rank raises FrameshardError on every rank.
 
     Args:
-        tower: any callable `tower(pixel_values, grid_thw, cu_seqlens)` that encodes each frame
-            independently. It receives the local pixel rows [local_patch_rows, features], the
-            local int64 grid_thw [rows, 3] (consecutive frames of one media item merged into one
-            (count, h, w) row, then floor-padding and dummy zero frames, whose outputs are dropped)
-            and int32 cu_seqlens (one segment per frame). It returns one [tokens, hidden] tensor
-            or a tuple/list of them (e.g. embeddings and DeepStack features), one dtype.
-            With `config.split_frames`, the tower must take pieces: declare keyword parameters
-            `pieces` and `exchange` (`tower(pv, grid, cu, *, pieces, exchange)`; others are
-            refused with an error naming split_frames). Such a tower is always called with them:
-            `pieces` a tuple of FramePiece (local frames of which this rank holds only rows
-            [begin, end); such a frame has its own grid row (1, h, w), the WHOLE frame's
-            geometry, and its cu_seqlens segment counts the piece's rows) and `exchange` None
-            when the plan split nothing, else a callable. Contract, as frameshard's C++ towers
-            keep it: positions (rotary ids, learned position tables, windows) come from the
-            whole frame at the piece's rows; in every full-attention layer, in layer order, call
-            `outs = exchange(rows)` exactly once -- EVERY rank, also one without pieces -- with
-            rows = [local rows, F] (all local rows, e.g. torch.cat([k, v], 1) flattened over
-            heads, in the tower's current row order); use outs[0] in place of rows (same values,
-            tied to the collective so that its backward runs on every rank) and outs[1 + j], the
-            whole frame's rows of pieces[j] (every holder's rows, in rank order), as the keys
-            and values that piece's queries attend to. Layers that attend within windows of a
-            piece, MLPs, norms and mergers stay local. The exchange is differentiable (its
-            backward returns each row's gradient to the rank that sent it) and collective; it
-            releases the GIL, is valid only during the call that received it, and a rank whose
-            tower raises makes every peer's next exchange raise the same FrameshardError.
-        pixel_values: the packed patch rows of every media item [sum(t*h*w), features], the same
-            on every rank.
-        grid_thw: [n, 3] (t, h, w) rows in patches, the same on every rank.
-        group: the CP process group (Gloo or NCCL), a torch DeviceMesh (its "cp" dimension, or
-            with mesh_dims ["dp", "cp"] its "dp" and "cp" dimensions), a frameshard.Mesh, or
-            None: the default torch.distributed group.
-        config: FrameShardingConfig; None means FrameShardingConfig(enabled=True). When the
-            policy says replicated, the tower runs on everything (still collective: the ranks
-            check that they agree).
-        cp_size: the CP size the config is for; must equal the group's size (every rank raises
-            otherwise). None: the group's size.
-        spatial_merge_size, temporal_patch_size: the tower's geometry (Qwen-VL: 2 and 2).
-        tower_trainable: whether the tower has trainable parameters (None: inferred for an
-            nn.Module, else True).
+        tower: a `Tower`, `tower(pixel_values, grid_thw, cu_seqlens)` on this rank's frames; with
+            config.split_frames a `PieceTower` (also keyword parameters `pieces`, `exchange`).
+        pixel_values, grid_thw: every media item's packed patch rows [sum(t*h*w), features] and
+            its (t, h, w) rows in patches.
+        group: a ProcessGroup, a DeviceMesh, a frameshard.Mesh, or None (the default group).
+        config: None is FrameShardingConfig(enabled=True).
+        geometry: the tower's `TowerGeometry` (default: Qwen-VL's, merge 2, temporal patch 2).
+        cp_size: must equal the group's size; None: the group's size.
+        tower_trainable: None: inferred for an nn.Module, else True.
         timeout: seconds (or timedelta) for the collectives; None: the group's default.
-        return_plan: also return the Plan.
-        token_owner: with config.gather == "owner", the CP rank that consumes each visual
-            token (e.g. visual_token_owners from the sequence positions of the visual tokens);
-            each rank then receives only its rows, in ascending token order, by one all-to-all
-            whose backward returns every gradient row to the rank that encoded it.
-        tower_dims: the sizes `cost_alpha: auto` counts (frameshard.tower_dims); None: read
-            from `tower` when it is a transformers vision module, else the config's `tower`
-            preset. The returned Plan's `cost_model` names the model used.
-        mesh: a `Mesh` (mesh_dims [dp, cp]): balance the frames of every DP replica over the
-            whole dp x cp mesh instead (leave `group` and `cp_size` unset; config.mesh_dims
-            ["dp", "cp"] requires it). pixel_values / grid_thw are this rank's replica's, and
-            token_owner maps the replica's tokens to its cp ranks. The Plan is the pooled one
-            (every replica's media, replica-major, over dp * cp ranks).
-        media_keys: with config.dedup, one id per grid_thw row (a data set's image hash or URL:
-            str, bytes, int or a tuple of them) instead of hashing the pixel rows: rows with
-            equal ids are the same media item (their frames pair up by index). The same on the
-            cp ranks of a replica. None: each frame is keyed by a 128-bit hash of its pixel rows,
-            dtype and shape, computed on their device (frameshard/runtime/frame_keys.h).
+        token_owner: with config.gather "owner", the CP rank consuming each visual token
+            (visual_token_owners): each rank then receives only its tokens' rows.
+        tower_dims: the sizes `cost_alpha: auto` counts; None: a transformers module's, else the
+            config's `tower` preset.
+        mesh: a dp x cp `Mesh` (leave group and cp_size unset): every replica's frames balanced
+            over the whole mesh.
+        media_keys: with config.dedup, one id per grid_thw row instead of hashing the pixels.
 
-    Dedup (config.dedup): the plan covers each distinct frame once -- in the CP group, or with a
-    mesh in every replica's batch together -- the towers see each distinct frame's rows once, and
-    every use of a frame receives its rows (in the same gather or all-to-all). The backward sums
-    the gradients of all uses of a frame before the tower's: exact for a deterministic tower (the
-    transformers Qwen-VL, GLM-4V and RADIO towers have no dropout); a tower with dropout in
-    training draws one mask per distinct frame instead of one per use. `Plan.dedup` counts the
-    frames and the distinct ones; without repeats plan and outputs are those of dedup off.
-
-    Returns:
-        The gathered output [total_tokens, hidden] -- a tuple of them when the tower returns a
-        sequence -- with autograd through the gather; and the Plan if `return_plan`. With a
-        mesh: this replica's rows; a text-only replica gets [0, hidden] rows on the sharded path
-        (put them in the loss, e.g. `loss + 0 * out.sum()`, so its backward joins) and None on
-        the replicated path (no tower ran; nothing to backpropagate).
-
-    Collective over `group`. A failure on any rank (bad grid, tower exception, mismatched plans)
-    raises FrameshardError on every rank instead of hanging.
+    Returns the gathered [total_tokens, hidden] output (a tuple when the tower returns a sequence),
+    differentiable; with a mesh, this replica's rows (None on a replica without media when the
+    mesh replicates); and the Plan if `return_plan`. Tower and PieceTower state the tower's
+    contract; docs/python.md the rest (meshes, the owner gather, dedup's keys and gradients).
     """
     config = config if config is not None else FrameShardingConfig(enabled=True)
     if mesh is not None and (group is not None or cp_size is not None):
@@ -201,8 +218,8 @@ def shard_vision(
     options.overrides = config.overrides()
     options.cp_size = int(mesh.cp if mesh is not None else (cp_size if cp_size is not None else pg.size()))
     options.dp = int(mesh.dp if mesh is not None else 1)
-    options.spatial_merge_size = int(spatial_merge_size)
-    options.temporal_patch_size = int(temporal_patch_size)
+    options.spatial_merge_size = int(geometry.spatial_merge_size)
+    options.temporal_patch_size = int(geometry.temporal_patch_size)
     options.tower_trainable = bool(_trainable(tower) if tower_trainable is None else tower_trainable)
     options.timeout_ms = millis(timeout)
     options.token_owner = [int(o) for o in token_owner] if token_owner is not None else []
@@ -230,7 +247,12 @@ def shard_vision(
 
 
 def _run(
-    tower: Tower, pixel_values: torch.Tensor, grid: torch.Tensor, pg: dist.ProcessGroup, options: Any, on_mesh: bool
+    tower: Tower | PieceTower,
+    pixel_values: torch.Tensor,
+    grid: torch.Tensor,
+    pg: dist.ProcessGroup,
+    options: Any,
+    on_mesh: bool,
 ) -> tuple[TowerOutput | None, Plan]:
     """The extension's encode (or encode_mesh) with `tower` called back as the C++ core calls a
     tower: (outputs in the tower's own form, the plan)."""
@@ -274,13 +296,15 @@ def deduplicated(plan: Plan) -> bool:
 
 
 def frame_keys(
-    pixel_values: torch.Tensor, grid_thw: GridLike, *, spatial_merge_size: int = 2, temporal_patch_size: int = 2
+    pixel_values: torch.Tensor, grid_thw: GridLike, *, geometry: TowerGeometry = TowerGeometry()
 ) -> list[tuple[int, int]]:
     """The 128-bit content key (hi, lo) of every frame unit of `grid_thw` -- what config.dedup
     keys frames by: a hash of the unit's pixel rows (two independent 64-bit lanes, each mixing
     every element with its column and every row with its index in the frame), its dtype and its
-    shape, computed with tensor ops on the pixels' device. Not collective."""
-    return list(_C.frame_keys(pixel_values, grid_tensor(grid_thw), int(spatial_merge_size), int(temporal_patch_size)))
+    shape, computed with tensor ops on the pixels' device; `geometry` as shard_vision takes it. Not
+    collective."""
+    layout = int(geometry.spatial_merge_size), int(geometry.temporal_patch_size)
+    return list(_C.frame_keys(pixel_values, grid_tensor(grid_thw), *layout))
 
 
 def media_key(key: Any) -> tuple[int, int]:

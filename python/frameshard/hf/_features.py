@@ -18,21 +18,20 @@ with the same pixel_values and grid. The dp x cp mesh is not supported for these
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 
-from .. import _shard
 from .._C import FrameshardError
 from .._config import FrameShardingConfig
-from .._groups import Timeout
+from .._shard import TowerGeometry
 from .._towers import TowerDims, tower_dims
 from . import _patches
 from ._family import Family
-from ._vision import reraise, skipped_by_compile
+from ._vision import LocalCall, State, refuse_precomputed, sharded_call
 
 MERGE = 2  # both families merge 2 x 2 patches into one token (transformers splits by h*w // 2**2)
+GEOMETRY = TowerGeometry(spatial_merge_size=MERGE, temporal_patch_size=1)  # a unit is one image
 OWNER = "features"  # the patch registry's owner of get_image_features
 
 
@@ -44,16 +43,6 @@ def _frames(local: torch.Tensor) -> torch.Tensor:
     """One (1, h, w) row per image: the floor images are one (count, h, w) row of a local grid."""
     hw = local[:, 1:].repeat_interleave(local[:, 0], dim=0)
     return _thw(hw)
-
-
-@dataclasses.dataclass
-class State:
-    group: Any
-    config: FrameShardingConfig  # as plan_inputs gives it
-    cp_size: int | None
-    timeout: Timeout
-    dims: TowerDims
-    family: Family
 
 
 def plan_inputs(
@@ -77,12 +66,7 @@ def _grid_of(family: Family, args: tuple, kwargs: dict) -> torch.Tensor:
     inputs are the same on every rank (the collective's contract), so every rank raises alike."""
     call = family.features_call
     grid = args[0] if args else kwargs.pop(call.grid_key, None)
-    precomputed = sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
-    if precomputed:
-        raise FrameshardError(
-            "frameshard.hf: expected no precomputed vision tensors (they describe the whole "
-            "batch; each rank encodes only its images), got %s" % ", ".join(precomputed)
-        )
+    refuse_precomputed(kwargs, "images")
     grid = torch.as_tensor(grid).to(device="cpu", dtype=torch.int64) if grid is not None else None
     if grid is None or grid.dim() != 2 or grid.shape[1] != call.grid_columns:
         raise FrameshardError(
@@ -94,26 +78,22 @@ def _grid_of(family: Family, args: tuple, kwargs: dict) -> torch.Tensor:
     return grid
 
 
-class _LocalChain:
-    """The tower shard_vision calls back: the class's get_image_features on this rank's images."""
+class _LocalChain(LocalCall):
+    """The class's get_image_features on this rank's images."""
 
     def __init__(self, model: torch.nn.Module, state: State, shape: tuple, kwargs: dict) -> None:
-        self.model, self.state, self.shape, self.kwargs = model, state, shape, kwargs
-        self.last: Any = None
-        self.raised: BaseException | None = None
-        self.frameshard_log = (id(model), "hf.enable(%s)" % type(model).__name__)
+        super().__init__(model, state, kwargs)
+        self.shape = shape  # of one patch: PaddleOCR-VL's pixel_values are [patches, C, p, p]
 
     def __call__(self, pv: torch.Tensor, local: torch.Tensor, _cu: torch.Tensor) -> torch.Tensor:
         local = _frames(local)
         grid_arg = local[:, 1:] if self.state.family.features_call.grid_columns == 2 else local
-        original = type(self.model).get_image_features
-        try:
-            out = original(self.model, pv.reshape(-1, *self.shape), grid_arg, return_dict=True, **self.kwargs)
-        except BaseException as e:
-            self.raised = e
-            raise
-        self.last = out
-        return torch.cat(list(out.pooler_output))
+        original = type(self.module).get_image_features
+
+        def run() -> Any:
+            return original(self.module, pv.reshape(-1, *self.shape), grid_arg, return_dict=True, **self.kwargs)
+
+        return self.record(run, lambda out: torch.cat(list(out.pooler_output)))
 
 
 def sharded_image_features(model: torch.nn.Module, pixel_values: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -121,35 +101,13 @@ def sharded_image_features(model: torch.nn.Module, pixel_values: torch.Tensor, *
     state: State = _patches.state(model, OWNER)
     grid = _grid_of(state.family, args, kwargs)
     return_dict = kwargs.pop("return_dict", None)
-    # PaddleOCR-VL's pixel_values are [patches, C, p, p]; the plan takes rows.
     chain = _LocalChain(model, state, tuple(pixel_values.shape[1:]), kwargs)
     parts = [m for m in state.family.features_call.parts(model) if m is not None]
-    try:
-        rows, plan = skipped_by_compile(_shard.shard_vision)(
-            chain,
-            pixel_values.reshape(pixel_values.shape[0], -1),
-            grid,
-            state.group,
-            state.config,
-            cp_size=state.cp_size,
-            spatial_merge_size=MERGE,
-            temporal_patch_size=1,
-            tower_trainable=any(p.requires_grad for m in parts for p in m.parameters()),
-            timeout=state.timeout,
-            return_plan=True,
-            tower_dims=state.dims,
-        )
-    except FrameshardError as e:
-        reraise(e, chain.raised)
+    trainable = any(p.requires_grad for m in parts for p in m.parameters())
+    pixel_rows = pixel_values.reshape(pixel_values.shape[0], -1)  # the plan takes rows
+    rows, routed = sharded_call(chain, pixel_rows, grid, GEOMETRY, trainable=trainable, return_dict=return_dict)
     out = chain.last
-    # The chain's own output holds this rank's images, or each distinct image once: the gathered
-    # rows (one block per use) replace it.
-    if plan.sharded or _shard.deduplicated(plan):
-        if return_dict is False:
-            raise FrameshardError(
-                "frameshard.hf: expected return_dict=True or unset on the sharded path (the sharded "
-                "output has no last_hidden_state), got return_dict=False"
-            )
+    if routed:  # the gathered rows (one block per use) replace the chain's own
         sizes = (grid.prod(-1) // MERGE**2).tolist()
         out = type(out)(pooler_output=torch.split(rows, sizes))
     return out.to_tuple() if return_dict is False else out

@@ -8,6 +8,10 @@ Per-patch fields (`last_hidden_state`, `hidden_states`, `attentions`) would be r
 None on the sharded path; on the replicated path the original output is returned unchanged.
 The original forward recomputes every piece of geometry (cu_seqlens, rotary, windows, position
 tables) from the local grid; all of it is per frame, so local frames encode as in the whole batch.
+
+`sharded_call` is the sharded call of every enabled module, this one's and _features' (a model
+sharded at get_image_features): each site keeps only how it runs its module on the local frames
+(a `LocalCall`) and what it makes of the gathered rows.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .._C import FrameshardError
 from .._config import FrameShardingConfig
 from .._groups import Mesh, Timeout
 from .._plan import Plan
+from .._shard import TowerGeometry
 from .._towers import TowerDims
 from . import _compat, _patches, _split
 from ._family import Family, tower_grid
@@ -46,7 +51,8 @@ class CallHooks(Protocol):
 
 @dataclasses.dataclass
 class State:
-    """What one enabled vision module shards with."""
+    """What one enabled module shards with: a vision module, or a model sharded at
+    get_image_features (_features; one CP group, no mesh, no hooks)."""
 
     group: Any  # the process group (with a mesh: the mesh's group)
     config: FrameShardingConfig
@@ -93,18 +99,6 @@ def reraise(error: FrameshardError, raised: BaseException | None) -> NoReturn:
     raise error
 
 
-def _without_pieces(tower: Callable[..., Any]) -> Callable[..., Any]:
-    """`tower` as a three-argument tower (no pieces, no exchange): without split_frames the plan
-    never cuts a frame, and a tower that takes pieces would let shard_vision accept a config
-    that the vision module was not patched for."""
-
-    def call(pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> Any:
-        return tower(pv, grid, cu, pieces=(), exchange=None)
-
-    call.frameshard_log = getattr(tower, "frameshard_log", None)  # type: ignore[attr-defined]
-    return call
-
-
 def vision_outputs(out: Any) -> list[torch.Tensor]:
     """The tensors the vision module's output carries to the gather: pooler_output (the merged
     embeddings) and DeepStack features. A release whose vision forward returns a plain tensor
@@ -118,71 +112,99 @@ def vision_outputs(out: Any) -> list[torch.Tensor]:
     return [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
 
 
-class _LocalTower:
-    """The tower shard_vision calls back: the class's forward on this rank's frames (pieces of
-    split frames take the whole frame's geometry, _split). Keeps the last output (its class
-    rebuilds the gathered one) and the exception a rank's own tower raised (the cause of the
-    error every rank raises)."""
+class LocalCall:
+    """The base of the tower shard_vision calls back for an enabled module: the class's own method
+    on this rank's frames. Keeps the last output (its class rebuilds the gathered one) and the
+    exception this rank's own call raised (the cause of the error every rank raises)."""
 
-    def __init__(self, visual: torch.nn.Module, state: State, kwargs: dict) -> None:
-        self.visual, self.state, self.kwargs = visual, state, kwargs
+    def __init__(self, module: torch.nn.Module, state: State, kwargs: dict) -> None:
+        self.module, self.state, self.kwargs = module, state, kwargs
         self.last: Any = None
         self.raised: BaseException | None = None
-        self.frameshard_log = (id(visual), "hf.enable(%s)" % type(visual).__name__)
+        self.frameshard_log = (id(module), "hf.enable(%s)" % type(module).__name__)
 
-    def __call__(self, pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor, *, pieces: tuple, exchange: Any) -> list:
-        visual, family = self.visual, self.state.family
-        original = type(visual).forward
+    def record(self, run: Callable[[], Any], tensors: Callable[[Any], Any]) -> Any:
+        """`tensors(run())`, keeping run's output as `last` and what either raises as `raised`."""
         try:
-            local = tower_grid(family, grid)
-
-            def run(**geometry: Any) -> Any:
-                return original(visual, pv, grid_thw=local, return_dict=True, **geometry, **self.kwargs)
-
-            out = run() if exchange is None else _split.run_split(visual, family, run, local, cu, pieces, exchange)
-            outputs = vision_outputs(out)
+            out = run()
+            result = tensors(out)
         except BaseException as e:
             self.raised = e
             raise
         self.last = out
-        return outputs
+        return result
 
 
-def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any) -> Any:
-    """The vision module's forward while enabled (bound to the instance; see enable)."""
-    state: State = _patches.state(visual, OWNER)
-    # Precomputed per-batch geometry (transformers' vision_utils) describes the whole batch, not
-    # the local frames: refused on the sharded path.
+class _LocalTower(LocalCall):
+    """The vision module's class forward on this rank's frames; pieces of split frames take the
+    whole frame's geometry (_split)."""
+
+    def __call__(self, pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor, *, pieces: tuple, exchange: Any) -> list:
+        visual, family = self.module, self.state.family
+        original = type(visual).forward
+
+        def run() -> Any:
+            local = tower_grid(family, grid)
+
+            def forward(**geometry: Any) -> Any:
+                return original(visual, pv, grid_thw=local, return_dict=True, **geometry, **self.kwargs)
+
+            if exchange is None:
+                return forward()
+            return _split.run_split(visual, family, forward, local, cu, pieces, exchange)
+
+        return self.record(run, vision_outputs)
+
+
+class _WholeFrames(_LocalTower):
+    """A three-argument tower (no pieces, no exchange): without split_frames the plan never cuts a
+    frame, and a tower that takes pieces would let shard_vision accept a config that the vision
+    module was not patched for."""
+
+    def __call__(self, pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> list:  # type: ignore[override]
+        return super().__call__(pv, grid, cu, pieces=(), exchange=None)
+
+
+def refuse_precomputed(kwargs: dict, units: str) -> None:
+    """Precomputed per-batch geometry (transformers' vision_utils) describes the whole batch, not
+    this rank's `units`: refused on the sharded path."""
     precomputed = sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
     if precomputed:
         raise FrameshardError(
             "frameshard.hf: expected no precomputed vision tensors (they describe the whole "
-            "batch; each rank encodes only its frames), got %s" % ", ".join(precomputed)
+            "batch; each rank encodes only its %s), got %s" % (units, ", ".join(precomputed))
         )
-    return_dict = kwargs.pop("return_dict", None)
-    token_owner = kwargs.pop(TOKEN_OWNER, None)
-    if state.config.gather == "owner" and token_owner is None:
-        raise FrameshardError(
-            "frameshard.hf: distributed.multimodal.vision.frame_sharding.gather: expected 'all' for a "
-            "vision call outside hf.context_parallel's owner path (with 'owner', call hf.enable and "
-            "hf.context_parallel on the same whole model: its forward routes each visual row to the "
-            "CP rank holding its token), got 'owner' and a call without token owners"
-        )
-    media_keys = state.calls.before(visual, grid_thw) if state.calls is not None else None
-    local = _LocalTower(visual, state, kwargs)
-    tower = local if state.config.split_frames else _without_pieces(local)
+
+
+def sharded_call(
+    local: LocalCall,
+    pixels: torch.Tensor,
+    grid: torch.Tensor,
+    geometry: TowerGeometry,
+    *,
+    trainable: bool,
+    return_dict: bool | None,
+    token_owner: Sequence[int] | None = None,
+) -> tuple[Any, bool]:
+    """The sharded call of an enabled module: shard_vision of `local` with the module's State,
+    between its hooks. Returns (the gathered outputs, or None when no tower ran -- a text-only
+    replica on the mesh's replicated path; whether they replace the module's own output, which
+    then holds only this rank's frames, each distinct frame once (dedup with repeats, also on the
+    replicated path) or, with token owners, other rows than this rank's). Raises what a failure
+    means to the caller (reraise)."""
+    state = local.state
+    media_keys = state.calls.before(local.module, grid) if state.calls is not None else None
     try:
         outputs, plan = skipped_by_compile(_shard.shard_vision)(
-            tower,
-            hidden_states,
-            grid_thw,
+            local,
+            pixels,
+            grid,
             state.group,
             state.config,
+            geometry=geometry,
             cp_size=state.cp_size,
             mesh=state.mesh,
-            spatial_merge_size=int(visual.spatial_merge_size),
-            temporal_patch_size=int(visual.config.temporal_patch_size),
-            tower_trainable=any(p.requires_grad for p in visual.parameters()),
+            tower_trainable=trainable,
             timeout=state.timeout,
             return_plan=True,
             tower_dims=state.dims,
@@ -194,11 +216,7 @@ def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_t
     if state.calls is not None:
         state.calls.after(plan)
     if outputs is None:
-        return None  # a text-only replica on the mesh's replicated path: no tower ran
-    out = local.last
-    # The tower's own output holds this rank's frames (sharded), each distinct frame once (dedup
-    # with repeats, also on the replicated path and on one rank) or, with token owners, more rows
-    # than this rank's: the gathered rows (one block per use) replace it.
+        return None, False
     routed = plan.sharded or token_owner is not None or _shard.deduplicated(plan)
     if routed and return_dict is False:
         # A tuple would start with last_hidden_state, which is rank-local here.
@@ -206,9 +224,33 @@ def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_t
             "frameshard.hf: expected return_dict=True or unset on the sharded path (the sharded "
             "output has no last_hidden_state), got return_dict=False"
         )
-    if routed:
-        if isinstance(outputs, torch.Tensor):
-            outputs = (outputs,)
+    return outputs, routed
+
+
+def sharded_forward(visual: torch.nn.Module, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any) -> Any:
+    """The vision module's forward while enabled (bound to the instance; see enable)."""
+    state: State = _patches.state(visual, OWNER)
+    refuse_precomputed(kwargs, "frames")
+    return_dict = kwargs.pop("return_dict", None)
+    token_owner = kwargs.pop(TOKEN_OWNER, None)
+    if state.config.gather == "owner" and token_owner is None:
+        raise FrameshardError(
+            "frameshard.hf: distributed.multimodal.vision.frame_sharding.gather: expected 'all' for a "
+            "vision call outside hf.context_parallel's owner path (with 'owner', call hf.enable and "
+            "hf.context_parallel on the same whole model: its forward routes each visual row to the "
+            "CP rank holding its token), got 'owner' and a call without token owners"
+        )
+    local = (_LocalTower if state.config.split_frames else _WholeFrames)(visual, state, kwargs)
+    geometry = TowerGeometry(int(visual.spatial_merge_size), int(visual.config.temporal_patch_size))
+    trainable = any(p.requires_grad for p in visual.parameters())
+    outputs, routed = sharded_call(
+        local, hidden_states, grid_thw, geometry, trainable=trainable, return_dict=return_dict, token_owner=token_owner
+    )
+    if outputs is None:
+        return None  # a text-only replica on the mesh's replicated path: no tower ran
+    out = local.last
+    if routed:  # the gathered rows (one block per use) replace the tower's own
+        outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
         fields = {"pooler_output": outputs[0]}
         if hasattr(out, "deepstack_features"):
             fields["deepstack_features"] = list(outputs[1:])

@@ -35,7 +35,7 @@ from ... import _unwrap
 from ... import hf as _hf
 from ..._C import FrameshardError
 from ..._config import FrameShardingConfig as _Config
-from ...hf import _patches, _vision
+from ...hf import _enable, _patches, _vision
 from .. import _accelerate
 from .._lockstep import Lockstep as _Lockstep
 from . import _compat, _grpo
@@ -108,7 +108,7 @@ def enable(trainer: _Any, config: _Config | None = None, *, keys: str = "groups"
     models = [trainer.model] + ([trainer.ref_model] if getattr(trainer, "ref_model", None) is not None else [])
     lockstep = _Lockstep(mesh.group, device, "frameshard.integrations.trl")
     for model in models:
-        if _hf._features_model(model) is not None:
+        if _enable.find(model).features is not None:
             raise FrameshardError(
                 "%s: expected a model sharded at its vision module (Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), "
                 "Qwen3.5(-MoE), GLM-4.1V/4.5V), got %s (sharded at get_image_features, over one CP group only)"
