@@ -276,12 +276,12 @@ def _run(
         return list(out)
 
     encode = _C.encode_mesh if on_mesh else _C.encode
-    returned = encode(call, pixel_values, grid, pg, options)
-    outputs, plan_d, dedup, mesh = returned[0], returned[1], returned[5], returned[6]
+    returned = encode(call, pixel_values, grid, pg, options)  # a _C.ShardResult
+    outputs, dedup, mesh = returned.outputs, returned.dedup, returned.mesh
     result: TowerOutput | None = None  # a text-only replica on the mesh's replicated path
     if outputs:
         result = tuple(outputs) if returned_sequence[0] else outputs[0]
-    plan = plan_from_dict(plan_d)
+    plan = plan_from_dict(returned.plan)
     if dedup is not None:
         plan = dataclasses.replace(plan, dedup=DedupCounts(**dedup))
     if mesh is not None:

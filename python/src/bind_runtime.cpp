@@ -250,33 +250,17 @@ PlanOptions python_tower_plan(const ShardCall& c, int64_t world) {
   return o;
 }
 
-py::tuple encode_binding(
-    const py::object& tower,
-    const at::Tensor& pixel_values,
-    const at::Tensor& grid_thw,
-    const ProcessGroupPtr& group,
-    const ShardCall& call) {
-  EncodeOptions o;
-  o.token_owner = call.token_owner;
-  o.plan = python_tower_plan(call, call.cp_size);
-  o.tower_trainable = call.tower_trainable;
-  o.timeout = millis(call.timeout_ms);
-  const VisionTower cpp_tower = python_tower(tower, call.takes_pieces);
-  EncodeResult res;
-  {
-    py::gil_scoped_release no_gil;
-    o.unit_keys = unit_keys_of(call, pixel_values, grid_thw, o.plan.layout);
-    res = encode(cpp_tower, pixel_values, grid_thw, group, o);
-  }
-  return py::make_tuple(
-      res.outputs,
-      plan_dict(res.plan),
-      res.bytes_sent,
-      res.tokens,
-      py::none(),
-      call.dedup ? py::object(dedup_dict(res.dedup)) : py::none(),
-      py::none());
-}
+// What encode and encode_mesh return to Python (named, read-only fields:
+// ShardResult in init_shard_result).
+struct ShardResult {
+  std::vector<at::Tensor> outputs;
+  py::dict plan;
+  int64_t bytes_sent = 0;
+  std::vector<int64_t> tokens;
+  py::object replica_tokens = py::none();
+  py::object dedup = py::none();
+  py::object mesh = py::none();
+};
 
 // What the mesh step ran and why (frameshard/mesh_plan.h MeshChoice).
 py::dict mesh_choice_dict(const MeshPlan& mp) {
@@ -290,40 +274,100 @@ py::dict mesh_choice_dict(const MeshPlan& mp) {
   return d;
 }
 
-py::tuple encode_mesh_binding(
+// The fields of both; `dedup`: the counts to return (call.dedup), or null.
+ShardResult shard_result(EncodeResult& res, const FrameDedup* dedup) {
+  ShardResult out;
+  out.outputs = std::move(res.outputs);
+  out.plan = plan_dict(res.plan);
+  out.bytes_sent = res.bytes_sent;
+  out.tokens = std::move(res.tokens);
+  if (dedup != nullptr) {
+    out.dedup = dedup_dict(*dedup);
+  }
+  return out;
+}
+
+// The options of a call with a Python tower over `world` ranks (encode:
+// cp_size; encode_mesh: dp * cp_size); the mesh fields are encode_mesh's.
+EncodeOptions call_options(const ShardCall& call, int64_t world) {
+  EncodeOptions o;
+  o.token_owner = call.token_owner;
+  o.plan = python_tower_plan(call, world);
+  o.tower_trainable = call.tower_trainable;
+  o.timeout = millis(call.timeout_ms);
+  return o;
+}
+
+// Runs `run` (encode or encode_mesh) with the GIL released, the unit keys
+// computed there too.
+template <typename Run>
+EncodeResult run_without_gil(
+    const ShardCall& call,
+    EncodeOptions& o,
+    const at::Tensor& pixel_values,
+    const at::Tensor& grid_thw,
+    const Run& run) {
+  py::gil_scoped_release no_gil;
+  o.unit_keys = unit_keys_of(call, pixel_values, grid_thw, o.plan.layout);
+  return run(o);
+}
+
+ShardResult encode_binding(
+    const py::object& tower,
+    const at::Tensor& pixel_values,
+    const at::Tensor& grid_thw,
+    const ProcessGroupPtr& group,
+    const ShardCall& call) {
+  EncodeOptions o = call_options(call, call.cp_size);
+  const VisionTower cpp_tower = python_tower(tower, call.takes_pieces);
+  EncodeResult res = run_without_gil(
+      call, o, pixel_values, grid_thw, [&](const EncodeOptions& eo) {
+        return encode(cpp_tower, pixel_values, grid_thw, group, eo);
+      });
+  return shard_result(res, call.dedup ? &res.dedup : nullptr);
+}
+
+ShardResult encode_mesh_binding(
     const py::object& tower,
     const at::Tensor& pixel_values,
     const at::Tensor& grid_thw,
     const ProcessGroupPtr& mesh_group,
     const ShardCall& call) {
-  MeshEncodeOptions o;
-  o.dp = call.dp;
-  o.cp = call.cp_size;
-  o.token_owner = call.token_owner;
   // The config's world is the mesh's (encode_mesh sets it to dp * cp).
-  o.plan = python_tower_plan(call, call.dp * call.cp_size);
+  EncodeOptions o = call_options(call, call.dp * call.cp_size);
+  o.mesh.dp = call.dp;
+  o.mesh.cp = call.cp_size;
   const Config cfg = config_from(call.overrides, call.cp_size);
-  o.min_gain = cfg.frame_sharding.mesh_min_gain;
-  o.exchange_latency_seconds =
+  o.mesh.min_gain = cfg.frame_sharding.mesh_min_gain;
+  o.mesh.exchange_latency_seconds =
       cfg.frame_sharding.split_exchange_latency_us * 1e-6;
-  o.tower_trainable = call.tower_trainable;
-  o.timeout = millis(call.timeout_ms);
+  o.mesh.dedup = call.dedup;
   const VisionTower cpp_tower = python_tower(tower, call.takes_pieces);
-  o.dedup = call.dedup;
-  MeshEncodeResult res;
-  {
-    py::gil_scoped_release no_gil;
-    o.unit_keys = unit_keys_of(call, pixel_values, grid_thw, o.plan.layout);
-    res = encode_mesh(cpp_tower, pixel_values, grid_thw, mesh_group, o);
-  }
-  return py::make_tuple(
-      res.outputs,
-      plan_dict(res.plan.plan),
-      res.bytes_sent,
-      res.tokens,
-      res.plan.replica_tokens,
-      call.dedup ? py::object(dedup_dict(res.plan.dedup)) : py::none(),
-      mesh_choice_dict(res.plan));
+  EncodeResult res = run_without_gil(
+      call, o, pixel_values, grid_thw, [&](const EncodeOptions& eo) {
+        return encode_mesh(cpp_tower, pixel_values, grid_thw, mesh_group, eo);
+      });
+  ShardResult out = shard_result(res, call.dedup ? &res.mesh.dedup : nullptr);
+  out.replica_tokens = py::cast(res.mesh.replica_tokens);
+  out.mesh = mesh_choice_dict(res.mesh);
+  return out;
+}
+
+void init_shard_result(py::module_& m) {
+  py::class_<ShardResult>(m, "ShardResult", R"doc(What encode and encode_mesh
+return: outputs (the tower's outputs, one tensor each), plan (the plan
+dict), bytes_sent, tokens (owned token indices with call.token_owner),
+replica_tokens (encode_mesh: the replicas' token offsets; else None), dedup
+(the dedup counts with call.dedup; encode_mesh: mesh-wide; else None), mesh
+(encode_mesh: the mesh choice dict, mode, weighed, gain, reason,
+mesh_seconds, cp_only_seconds; else None). Read-only.)doc")
+      .def_readonly("outputs", &ShardResult::outputs)
+      .def_readonly("plan", &ShardResult::plan)
+      .def_readonly("bytes_sent", &ShardResult::bytes_sent)
+      .def_readonly("tokens", &ShardResult::tokens)
+      .def_readonly("replica_tokens", &ShardResult::replica_tokens)
+      .def_readonly("dedup", &ShardResult::dedup)
+      .def_readonly("mesh", &ShardResult::mesh);
 }
 
 void init_shard_call(py::module_& m) {
@@ -386,6 +430,7 @@ raises the same FrameshardError, "frameshard::<fn>: [rank r/W] ranks
 disagree on <name>: rank 0 has X, rank k has Y" (the first differing name).
 Collective; the GIL is released while it runs.)doc");
   init_shard_call(m);
+  init_shard_result(m);
   m.def(
       "frame_keys",
       [](const at::Tensor& pixel_values,
@@ -421,9 +466,8 @@ computed on the pixels' device. Not collective.)doc");
       py::arg("grid_thw"),
       py::arg("group"),
       py::arg("call"),
-      R"doc(frameshard::encode with a Python tower: returns
-(outputs, plan dict, bytes sent, owned token indices, None, dedup counts or
-None, None). call: a ShardCall; call.dedup encodes each distinct frame once.
+      R"doc(frameshard::encode with a Python tower: returns a ShardResult
+(replica_tokens and mesh None). call: a ShardCall; call.dedup encodes each distinct frame once.
 With call.token_owner (one CP rank per visual token) each rank gets only
 its rows. call.takes_pieces: the tower is also called with pieces= (a list
 of (frame, begin, end, h, w)) and exchange= (a differentiable callable on
@@ -439,11 +483,10 @@ frames. Collective.)doc");
       py::arg("call"),
       R"doc(frameshard::encode_mesh with a Python tower over a dp x cp mesh
 group (call.dp x call.cp_size; mesh rank = replica * cp + cp rank; each
-rank passes its own replica's pixel_values and grid_thw): returns (outputs
-of this replica, the pooled plan dict, bytes sent, owned token indices, the
-replicas' token offsets, the mesh-wide dedup counts or None, the mesh
-choice dict: mode, weighed, gain, reason, mesh_seconds, cp_only_seconds).
-Empty outputs: a text-only replica on the replicated path. Collective over the mesh group.)doc");
+rank passes its own replica's pixel_values and grid_thw): returns a
+ShardResult (outputs of this replica, the pooled plan dict, ...). Empty
+outputs: a text-only replica on the replicated path. Collective over the
+mesh group.)doc");
 }
 
 }  // namespace python

@@ -16,7 +16,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cstring>
 #include <sstream>
 
 namespace frameshard {
@@ -43,10 +42,7 @@ int64_t names_hash(const std::vector<std::string>& names) {
       fp.add(static_cast<unsigned char>(ch));
     }
   }
-  const uint64_t h = fp.finish();
-  int64_t w = 0;
-  std::memcpy(&w, &h, sizeof(w));
-  return w;
+  return internal::as_word(fp.finish());
 }
 
 int64_t values_hash(const std::vector<int64_t>& values) {
@@ -55,10 +51,7 @@ int64_t values_hash(const std::vector<int64_t>& values) {
   for (int64_t v : values) {
     fp.add(v);
   }
-  const uint64_t h = fp.finish();
-  int64_t w = 0;
-  std::memcpy(&w, &h, sizeof(w));
-  return w;
+  return internal::as_word(fp.finish());
 }
 
 std::vector<int64_t> agree_record(
@@ -71,10 +64,7 @@ std::vector<int64_t> agree_record(
   w[kAwCount] = static_cast<int64_t>(names.size());
   w[kAwNamesHash] = names_hash(names);
   w[kAwValuesHash] = error.empty() ? values_hash(values) : 0;
-  const auto len = std::min<int64_t>(
-      static_cast<int64_t>(error.size()), internal::kConsensusMessageBytes);
-  w[kAwMessageLength] = len;
-  std::memcpy(&w[kAwMessage], error.data(), static_cast<size_t>(len));
+  internal::pack_message(error, &w[kAwMessageLength]);
   return w;
 }
 
@@ -151,12 +141,7 @@ void agree_values(
   }
   if (!failed.empty()) {
     const auto& r = records[static_cast<size_t>(failed[0])];
-    const int64_t len = std::min(
-        std::max<int64_t>(r[kAwMessageLength], 0),
-        internal::kConsensusMessageBytes);
-    const std::string first(
-        reinterpret_cast<const char*>(&r[kAwMessage]),
-        static_cast<size_t>(len));
+    const std::string first = internal::unpack_message(&r[kAwMessageLength]);
     TORCH_CHECK(false, prefix, internal::failures_text(failed, first));
   }
   const auto& a = records[0];

@@ -147,6 +147,48 @@ at::Tensor from_byte_rows(
   return typed.reshape(sizes);
 }
 
+at::Tensor alltoall_tensor_rows(
+    const at::Tensor& local,
+    const ProcessGroupPtr& group,
+    const std::vector<int64_t>& send_counts,
+    const std::vector<int64_t>& recv_counts,
+    std::chrono::milliseconds timeout,
+    const char* fn) {
+  const int64_t total =
+      std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
+  at::Tensor bytes = as_byte_rows(local);
+  at::Tensor output = at::empty({total, bytes.size(1)}, bytes.options());
+  alltoall_rows(group, output, bytes, recv_counts, send_counts, timeout, fn);
+  return from_byte_rows(output, local.scalar_type(), local.sizes().slice(1));
+}
+
+void check_counts(
+    const std::vector<int64_t>& counts,
+    const char* name,
+    int world,
+    const std::string& prefix) {
+  TORCH_CHECK(
+      static_cast<int>(counts.size()) == world,
+      prefix,
+      "expected ",
+      name,
+      ".size() == world size (",
+      world,
+      "), got ",
+      counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) {
+    TORCH_CHECK(
+        counts[r] >= 0,
+        prefix,
+        "expected ",
+        name,
+        "[",
+        r,
+        "] >= 0, got ",
+        counts[r]);
+  }
+}
+
 ProcessGroupPtr group_from_ivalue(const c10::IValue& v) {
   auto holder = v.toCapsule();
   auto* pg = dynamic_cast<c10d::ProcessGroup*>(holder.get());

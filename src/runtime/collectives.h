@@ -48,6 +48,28 @@ at::Tensor as_byte_rows(const at::Tensor& t);
 at::Tensor from_byte_rows(
     const at::Tensor& bytes, at::ScalarType dtype, c10::IntArrayRef trailing);
 
+/// One alltoall_rows of the rows of `local` as bytes (any dtype, any
+/// trailing shape): send_counts[q] rows to rank q, in order, and
+/// recv_counts[q] from rank q; returns the received rows, [sum(recv_counts),
+/// trailing...] of local's dtype. Not differentiable (the gather's and the
+/// route's autograd Functions run it forward and backward).
+at::Tensor alltoall_tensor_rows(
+    const at::Tensor& local,
+    const ProcessGroupPtr& group,
+    const std::vector<int64_t>& send_counts,
+    const std::vector<int64_t>& recv_counts,
+    std::chrono::milliseconds timeout,
+    const char* fn);
+
+/// `counts` (named `name` in the error) has one entry >= 0 per rank of a
+/// group of `world`; raises c10::Error "<prefix>expected <name>.size() ==
+/// world size (W), got N" or "<prefix>expected <name>[r] >= 0, got X".
+void check_counts(
+    const std::vector<int64_t>& counts,
+    const char* name,
+    int world,
+    const std::string& prefix);
+
 /// The process group an autograd Function saved as a capsule.
 ProcessGroupPtr group_from_ivalue(const c10::IValue& v);
 

@@ -47,16 +47,14 @@ int64_t widths_hash(const std::vector<int64_t>& widths) {
   }
   h ^= widths.size();
   h *= 1099511628211ull;
-  int64_t out = 0;
-  std::memcpy(&out, &h, sizeof(out));
-  return out;
+  return as_word(h);
 }
 
 std::vector<int64_t> pack(const ConsensusRecord& r) {
   std::vector<int64_t> w(kWords, 0);
   w[kWMagic] = kMagic;
   w[kWOk] = r.ok ? 1 : 0;
-  std::memcpy(&w[kWFingerprint], &r.fingerprint, sizeof(int64_t));
+  w[kWFingerprint] = as_word(r.fingerprint);
   w[kWPath] = r.path;
   w[kWRows] = r.rows;
   w[kWDtype] = r.dtype;
@@ -71,15 +69,12 @@ std::vector<int64_t> pack(const ConsensusRecord& r) {
   w[kWGradMode] = r.grad_mode ? 1 : 0;
   w[kWGridRows] = r.has_grid ? static_cast<int64_t>(r.grid.size()) : -1;
   const uint64_t gh = r.has_grid ? grid_hash(r.grid) : 0;
-  std::memcpy(&w[kWGridHash], &gh, sizeof(int64_t));
+  w[kWGridHash] = as_word(gh);
   for (int64_t i = 0; i < kConsensusListedWidths; ++i) {
     w[kWWidths + i] =
         i < static_cast<int64_t>(r.widths.size()) ? r.widths[i] : -1;
   }
-  const auto len = std::min<int64_t>(
-      static_cast<int64_t>(r.error.size()), kConsensusMessageBytes);
-  w[kWMessageLength] = len;
-  std::memcpy(&w[kWMessage], r.error.data(), static_cast<size_t>(len));
+  pack_message(r.error, &w[kWMessageLength]);
   return w;
 }
 
@@ -97,7 +92,7 @@ Unpacked unpack(const int64_t* w) {
   Unpacked u;
   u.magic = w[kWMagic];
   u.record.ok = w[kWOk] != 0;
-  std::memcpy(&u.record.fingerprint, &w[kWFingerprint], sizeof(int64_t));
+  u.record.fingerprint = as_hash(w[kWFingerprint]);
   u.record.path = w[kWPath];
   u.record.rows = w[kWRows];
   u.record.dtype = w[kWDtype];
@@ -113,10 +108,7 @@ Unpacked unpack(const int64_t* w) {
   for (int64_t i = 0; i < listed; ++i) {
     u.record.widths.push_back(w[kWWidths + i]);
   }
-  const int64_t len = std::min(
-      std::max<int64_t>(w[kWMessageLength], 0), kConsensusMessageBytes);
-  u.record.error.assign(
-      reinterpret_cast<const char*>(&w[kWMessage]), static_cast<size_t>(len));
+  u.record.error = unpack_message(&w[kWMessageLength]);
   return u;
 }
 
@@ -164,38 +156,18 @@ int first_grid_peer(const std::vector<Unpacked>& all) {
   return -1;
 }
 
-}  // namespace
-
-std::string failures_text(
-    const std::vector<int>& failed, const std::string& first_error) {
-  std::ostringstream os;
-  if (failed.size() == 1) {
-    os << "rank " << failed[0] << " failed " << first_error;
-  } else {
-    os << "ranks ";
-    for (size_t i = 0; i < failed.size(); ++i) {
-      os << (i ? ", " : "") << failed[i];
-    }
-    os << " failed; rank " << failed[0] << " failed " << first_error;
-  }
-  return os.str();
-}
-
-std::vector<ConsensusRecord> run_consensus(
+/// Step 1 (collective): every rank's record, checked for this format.
+std::vector<Unpacked> gather_records(
     const ProcessGroupPtr& group,
     const ConsensusRecord& mine,
-    const std::vector<int64_t>& expected_rows,
     c10::Device device,
     std::chrono::milliseconds timeout,
     const char* fn,
-    const char* subject) {
-  const int world = group->getSize();
-  const std::string prefix = rank_prefix(fn, group);
+    const std::string& prefix) {
   const auto words = pack(mine);
   at::Tensor buffer =
       at::tensor(words, at::TensorOptions().dtype(at::kLong)).to(device);
   auto gathered = allgather_equal(group, buffer, timeout, fn);
-
   std::vector<Unpacked> all;
   for (const auto& t : gathered) {
     at::Tensor cpu = t.cpu().contiguous();
@@ -208,8 +180,7 @@ std::vector<ConsensusRecord> run_consensus(
         static_cast<int64_t>(kWords));
     all.push_back(unpack(cpu.data_ptr<int64_t>()));
   }
-
-  for (int q = 0; q < world; ++q) {
+  for (size_t q = 0; q < all.size(); ++q) {
     TORCH_CHECK(
         all[q].magic == kMagic,
         prefix,
@@ -218,31 +189,56 @@ std::vector<ConsensusRecord> run_consensus(
         " sent a consensus record of another format (mixed frameshard "
         "builds?)");
   }
+  return all;
+}
+
+/// Step 2: any rank's failure, the same text on every rank.
+void check_failures(
+    const std::vector<Unpacked>& all, const std::string& prefix) {
   std::vector<int> failed;
-  for (int q = 0; q < world; ++q) {
+  for (size_t q = 0; q < all.size(); ++q) {
     if (!all[q].record.ok) {
-      failed.push_back(q);
+      failed.push_back(static_cast<int>(q));
     }
   }
   if (!failed.empty()) {
     TORCH_CHECK(
         false, prefix, failures_text(failed, all[failed[0]].record.error));
   }
-  // Different grids make different plans; naming the row says more than
-  // the fingerprints or paths below would.
+}
+
+/// Step 3 (collective when the grids differ: every rank sees that alike):
+/// different grids make different plans; naming the row says more than
+/// the fingerprints or paths of step 4 would.
+void check_grids(
+    const ProcessGroupPtr& group,
+    const ConsensusRecord& mine,
+    const std::vector<Unpacked>& all,
+    c10::Device device,
+    std::chrono::milliseconds timeout,
+    const char* fn,
+    const std::string& prefix) {
   const int grid_peer = first_grid_peer(all);
-  if (grid_peer > 0) {
-    std::vector<int64_t> grid_rows;
-    for (const Unpacked& u : all) {
-      grid_rows.push_back(u.grid_rows);
-    }
-    const std::string text = exchange_grid_difference(
-        group, mine, grid_rows, grid_peer, device, timeout, fn);
-    TORCH_CHECK(false, prefix, "ranks disagree on the plan: ", text);
+  if (grid_peer <= 0) {
+    return;
   }
-  for (int q = 1; q < world; ++q) {
-    const auto& a = all[0].record;
-    const auto& b = all[q].record;
+  std::vector<int64_t> grid_rows;
+  for (const Unpacked& u : all) {
+    grid_rows.push_back(u.grid_rows);
+  }
+  const std::string text = exchange_grid_difference(
+      group, mine, grid_rows, grid_peer, device, timeout, fn);
+  TORCH_CHECK(false, prefix, "ranks disagree on the plan: ", text);
+}
+
+/// Step 4: the path and the fingerprint of `subject`, against rank 0's.
+void check_plans(
+    const std::vector<Unpacked>& all,
+    const std::string& prefix,
+    const char* subject) {
+  const ConsensusRecord& a = all[0].record;
+  for (size_t q = 1; q < all.size(); ++q) {
+    const ConsensusRecord& b = all[q].record;
     TORCH_CHECK(
         a.path == b.path,
         prefix,
@@ -269,14 +265,62 @@ std::vector<ConsensusRecord> run_consensus(
             ? " (different grid_thw, options or dedup keys?)"
             : "");
   }
-  // The outputs are compared with the first rank that has some (rank 0
-  // but in encode_mesh's replicated path, where a text-only replica runs
-  // no tower).
+}
+
+/// Step 5, for rank q against rank `ref` (both ran a tower): the output
+/// dtype, count and widths.
+void check_outputs_of(
+    const Unpacked& a,
+    int ref,
+    const Unpacked& b,
+    size_t q,
+    const std::string& prefix) {
+  TORCH_CHECK(
+      a.record.dtype == b.record.dtype,
+      prefix,
+      "ranks disagree on the output dtype: rank ",
+      ref,
+      " has ",
+      dtype_name(a.record.dtype),
+      ", rank ",
+      q,
+      " has ",
+      dtype_name(b.record.dtype));
+  TORCH_CHECK(
+      a.outputs == b.outputs,
+      prefix,
+      "ranks disagree on the number of tower outputs: rank ",
+      ref,
+      " has ",
+      a.outputs,
+      ", rank ",
+      q,
+      " has ",
+      b.outputs);
+  TORCH_CHECK(
+      a.widths_hash == b.widths_hash && a.total_width == b.total_width &&
+          a.record.widths == b.record.widths,
+      prefix,
+      "ranks disagree on the output widths: rank ",
+      ref,
+      " has ",
+      widths_text(a),
+      ", rank ",
+      q,
+      " has ",
+      widths_text(b));
+}
+
+/// Step 5: grad mode against rank 0's, and the outputs against those of
+/// the first rank that has some (rank 0 but in encode_mesh's replicated
+/// path, where a text-only replica runs no tower).
+void check_outputs(
+    const std::vector<Unpacked>& all, const std::string& prefix) {
   int ref = 0;
-  while (ref + 1 < world && all[ref].record.dtype < 0) {
+  while (ref + 1 < static_cast<int>(all.size()) && all[ref].record.dtype < 0) {
     ++ref;
   }
-  for (int q = 1; q < world; ++q) {
+  for (size_t q = 1; q < all.size(); ++q) {
     TORCH_CHECK(
         all[0].record.grad_mode == all[q].record.grad_mode,
         prefix,
@@ -288,48 +332,20 @@ std::vector<ConsensusRecord> run_consensus(
         all[q].record.grad_mode ? "enabled" : "disabled",
         " (a NoGradGuard on some ranks only would leave the others waiting "
         "in backward)");
-    const Unpacked& a = all[ref];
-    const Unpacked& b = all[q];
-    if (q <= ref || b.record.dtype < 0) {
+    if (static_cast<int>(q) <= ref || all[q].record.dtype < 0) {
       continue;  // ran no tower (see run_consensus in consensus.h)
     }
-    TORCH_CHECK(
-        a.record.dtype == b.record.dtype,
-        prefix,
-        "ranks disagree on the output dtype: rank ",
-        ref,
-        " has ",
-        dtype_name(a.record.dtype),
-        ", rank ",
-        q,
-        " has ",
-        dtype_name(b.record.dtype));
-    TORCH_CHECK(
-        a.outputs == b.outputs,
-        prefix,
-        "ranks disagree on the number of tower outputs: rank ",
-        ref,
-        " has ",
-        a.outputs,
-        ", rank ",
-        q,
-        " has ",
-        b.outputs);
-    TORCH_CHECK(
-        a.widths_hash == b.widths_hash && a.total_width == b.total_width &&
-            a.record.widths == b.record.widths,
-        prefix,
-        "ranks disagree on the output widths: rank ",
-        ref,
-        " has ",
-        widths_text(a),
-        ", rank ",
-        q,
-        " has ",
-        widths_text(b));
+    check_outputs_of(all[ref], ref, all[q], q, prefix);
   }
-  TORCH_INTERNAL_ASSERT(static_cast<int>(expected_rows.size()) == world);
-  for (int q = 0; q < world; ++q) {
+}
+
+/// Step 6: each rank's row count against the plan's.
+void check_rows(
+    const std::vector<Unpacked>& all,
+    const std::vector<int64_t>& expected_rows,
+    const std::string& prefix) {
+  TORCH_INTERNAL_ASSERT(expected_rows.size() == all.size());
+  for (size_t q = 0; q < all.size(); ++q) {
     TORCH_CHECK(
         all[q].record.rows == expected_rows[q],
         prefix,
@@ -340,6 +356,69 @@ std::vector<ConsensusRecord> run_consensus(
         " rows, the plan expects ",
         expected_rows[q]);
   }
+}
+
+}  // namespace
+
+int64_t as_word(uint64_t v) {
+  int64_t w = 0;
+  std::memcpy(&w, &v, sizeof(w));
+  return w;
+}
+
+uint64_t as_hash(int64_t w) {
+  uint64_t v = 0;
+  std::memcpy(&v, &w, sizeof(v));
+  return v;
+}
+
+void pack_message(const std::string& text, int64_t* w) {
+  const auto len = std::min<int64_t>(
+      static_cast<int64_t>(text.size()), kConsensusMessageBytes);
+  w[0] = len;
+  std::memcpy(&w[1], text.data(), static_cast<size_t>(len));
+}
+
+std::string unpack_message(const int64_t* w) {
+  const int64_t len =
+      std::min(std::max<int64_t>(w[0], 0), kConsensusMessageBytes);
+  return std::string(
+      reinterpret_cast<const char*>(&w[1]), static_cast<size_t>(len));
+}
+
+std::string failures_text(
+    const std::vector<int>& failed, const std::string& first_error) {
+  std::ostringstream os;
+  if (failed.size() == 1) {
+    os << "rank " << failed[0] << " failed " << first_error;
+  } else {
+    os << "ranks ";
+    for (size_t i = 0; i < failed.size(); ++i) {
+      os << (i ? ", " : "") << failed[i];
+    }
+    os << " failed; rank " << failed[0] << " failed " << first_error;
+  }
+  return os.str();
+}
+
+std::vector<ConsensusRecord> run_consensus(
+    const ProcessGroupPtr& group,
+    const ConsensusRecord& mine,
+    const std::vector<int64_t>& expected_rows,
+    c10::Device device,
+    std::chrono::milliseconds timeout,
+    const char* fn,
+    const char* subject) {
+  // Every rank runs the same steps over the same records: a step raises on
+  // every rank alike or on none, so the collective of step 3 has all ranks.
+  const std::string prefix = rank_prefix(fn, group);
+  std::vector<Unpacked> all =
+      gather_records(group, mine, device, timeout, fn, prefix);
+  check_failures(all, prefix);
+  check_grids(group, mine, all, device, timeout, fn, prefix);
+  check_plans(all, prefix, subject);
+  check_outputs(all, prefix);
+  check_rows(all, expected_rows, prefix);
   std::vector<ConsensusRecord> records;
   for (auto& u : all) {
     records.push_back(std::move(u.record));

@@ -30,6 +30,20 @@ constexpr int64_t kConsensusListedWidths = 8;
 /// record carries every rank's row count and a hash of all its rows).
 constexpr int64_t kConsensusGridRows = 4096;
 
+/// The bits of a 64-bit hash as a record word, and back (the records are
+/// int64 tensors).
+int64_t as_word(uint64_t v);
+uint64_t as_hash(int64_t w);
+
+/// A rank's error message in a record of int64 words: its length at w[0],
+/// then its bytes (cut to kConsensusMessageBytes) from w[1] on, so
+/// 1 + kConsensusMessageBytes / 8 words (the consensus, the mesh metadata
+/// and agree_values records).
+void pack_message(const std::string& text, int64_t* w);
+/// Inverse of pack_message (a length outside [0, kConsensusMessageBytes]
+/// is clamped).
+std::string unpack_message(const int64_t* w);
+
 struct ConsensusRecord {
   bool ok = true;
   std::string error;            // why this rank failed (ok == false)
@@ -46,20 +60,9 @@ struct ConsensusRecord {
   std::vector<GridThw> grid;
 };
 
-/// Exchanges `mine` and checks all records. `expected_rows[q]` is what the
-/// (agreed) plan says rank q contributes. Raises c10::Error prefixed
-/// "frameshard::<fn>: [rank r/W] " on any failure or disagreement; returns
-/// every rank's record otherwise. A record of dtype -1 (a rank that ran no
-/// tower: a text-only replica on encode_mesh's replicated path) takes no
-/// part in the dtype, output-count and width checks. When ranks that send
-/// a grid (has_grid) disagree on it, every rank joins one more equal-size
-/// all-gather of the grids (at most kConsensusGridRows rows each) and the
-/// error names the first differing row (grid_difference). `device` holds the
-/// exchanged buffer (CPU for Gloo, the current CUDA device for NCCL). `subject`
-/// names what the fingerprint is of in the disagreement error ("plan",
-/// "config"). "rank 2 failed <first_error>", or with several failed ranks
-/// (ascending) "ranks 0, 2 failed; rank 0 failed <first_error>": how a failure
-/// agreed on reads after the rank prefix.
+/// How a failure agreed on reads after the rank prefix: "rank 2 failed
+/// <first_error>", or with several failed ranks (ascending) "ranks 0, 2
+/// failed; rank 0 failed <first_error>".
 std::string failures_text(
     const std::vector<int>& failed, const std::string& first_error);
 
@@ -91,6 +94,20 @@ std::string exchange_grid_difference(
     std::chrono::milliseconds timeout,
     const char* fn);
 
+/// Exchanges `mine` and checks all records. Collective over `group`: one
+/// equal-size all-gather of the records on every rank, and when ranks that
+/// send a grid (has_grid) disagree on it, one more (every rank sees that
+/// alike): an all-gather of the grids (at most kConsensusGridRows rows
+/// each), so that the error names the first differing row
+/// (grid_difference). Every check after the exchange runs on the same
+/// records everywhere. `expected_rows[q]` is what the (agreed) plan says
+/// rank q contributes. Raises c10::Error prefixed "frameshard::<fn>: [rank
+/// r/W] " on any failure or disagreement; returns every rank's record
+/// otherwise. A record of dtype -1 (a rank that ran no tower: a text-only
+/// replica on encode_mesh's replicated path) takes no part in the dtype,
+/// output-count and width checks. `device` holds the exchanged buffer (CPU
+/// for Gloo, the current CUDA device for NCCL). `subject` names what the
+/// fingerprint is of in the disagreement error ("plan", "config").
 std::vector<ConsensusRecord> run_consensus(
     const ProcessGroupPtr& group,
     const ConsensusRecord& mine,

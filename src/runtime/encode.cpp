@@ -43,6 +43,7 @@ constexpr const char* kEncodeFn = "encode";
 
 /// What the local phase produced (everything before the consensus).
 struct LocalPhase {
+  std::vector<GridThw> grid;  // the caller's grid_thw, parsed once
   ShardPlan plan;
   FrameDedup dedup;            // with unit_keys; plan covers dedup.grid
   internal::LocalOutputs out;  // sharded: real rows only, fused
@@ -59,9 +60,10 @@ struct DistinctInput {
 DistinctInput distinct_input(
     const at::Tensor& pixel_values,
     const at::Tensor& grid_thw,
+    const std::vector<GridThw>& grid,
     const EncodeOptions& options,
     FrameDedup& dedup) {
-  DistinctInput in{pixel_values, grid_thw, grid_from_tensor(grid_thw)};
+  DistinctInput in{pixel_values, grid_thw, grid};
   if (options.unit_keys.empty()) {
     return in;
   }
@@ -140,8 +142,9 @@ LocalPhase run_local_phase(
       static_cast<bool>(tower),
       prefix,
       "expected a callable tower, got an empty function");
+  lp.grid = grid_from_tensor(grid_thw);
   const DistinctInput distinct =
-      distinct_input(pixel_values, grid_thw, options, lp.dedup);
+      distinct_input(pixel_values, grid_thw, lp.grid, options, lp.dedup);
   lp.plan = make_plan(distinct.grid, options.plan);
   check_pixel_rows(lp.plan.frames, distinct.pixel_values.size(0));
   check_token_owner(options, use_tokens(lp), options.plan.world, prefix);
@@ -328,8 +331,7 @@ EncodeResult encode(
                        internal::owner_fingerprint(options.token_owner) ^
                        (lp.dedup.fingerprint * 0x9e3779b97f4a7c15ULL);
     mine.has_grid = true;
-    mine.grid =
-        lp.dedup.units > 0 ? grid_from_tensor(grid_thw) : lp.plan.frames.grid;
+    mine.grid = lp.dedup.units > 0 ? lp.grid : lp.plan.frames.grid;
     internal::describe_outputs(lp.out, lp.plan.sharded(), mine);
   } catch (...) {
     if (exchange->raised) {

@@ -36,22 +36,13 @@ at::Tensor gather_rows(
     const std::vector<int64_t>& counts,
     std::chrono::milliseconds timeout) {
   const int64_t world = group->getSize();
-  const int64_t rows = local.size(0);
-  const int64_t total =
-      std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  at::Tensor bytes = internal::as_byte_rows(local);
-  at::Tensor input = bytes.repeat({world, 1});
-  at::Tensor output = at::empty({total, bytes.size(1)}, bytes.options());
-  internal::alltoall_rows(
+  return internal::alltoall_tensor_rows(
+      at::cat(std::vector<at::Tensor>(world, local), 0),
       group,
-      output,
-      input,
+      std::vector<int64_t>(world, local.size(0)),
       counts,
-      std::vector<int64_t>(world, rows),
       timeout,
       kGatherFn);
-  return internal::from_byte_rows(
-      output, local.scalar_type(), local.sizes().slice(1));
 }
 
 /// Backward payload: rank q sends the slice of its output gradient that
@@ -64,20 +55,16 @@ at::Tensor reduce_scatter_rows(
     std::chrono::milliseconds timeout) {
   const int64_t world = group->getSize();
   const int64_t rows = counts[group->getRank()];
-  at::Tensor bytes = internal::as_byte_rows(grad);
-  at::Tensor output = at::empty({world * rows, bytes.size(1)}, bytes.options());
-  internal::alltoall_rows(
-      group,
-      output,
-      bytes,
-      std::vector<int64_t>(world, rows),
-      counts,
-      timeout,
-      kGatherFn);
   std::vector<int64_t> sizes{world, rows};
   auto trailing = grad.sizes().slice(1);
   sizes.insert(sizes.end(), trailing.begin(), trailing.end());
-  return internal::from_byte_rows(output, grad.scalar_type(), trailing)
+  return internal::alltoall_tensor_rows(
+             grad,
+             group,
+             counts,
+             std::vector<int64_t>(world, rows),
+             timeout,
+             kGatherFn)
       .reshape(sizes)
       .sum(0);
 }
@@ -130,21 +117,8 @@ at::Tensor all_gather_rows(
       "expected a tensor with at least 1 dim, got ",
       local.dim(),
       " dims");
-  TORCH_CHECK(
-      counts.empty() || static_cast<int>(counts.size()) == world,
-      prefix,
-      "expected counts.size() == world size (",
-      world,
-      "), got ",
-      counts.size());
-  for (size_t r = 0; r < counts.size(); ++r) {
-    TORCH_CHECK(
-        counts[r] >= 0,
-        prefix,
-        "expected counts[",
-        r,
-        "] >= 0, got ",
-        counts[r]);
+  if (!counts.empty()) {
+    internal::check_counts(counts, "counts", world, prefix);
   }
   TORCH_CHECK(
       counts.empty() || counts[rank] == local.size(0),

@@ -41,13 +41,19 @@ namespace {
 
 constexpr const char* kMeshEncodeFn = "encode_mesh";
 
+/// res.plan and res.mesh: the mesh plan that ran.
+void set_plan(EncodeResult& res, MeshPlan mp) {
+  res.plan = mp.plan;
+  res.mesh = std::move(mp);
+}
+
 /// What one call works with.
 struct MeshCall {
   MeshCall(
       const VisionTower& t,
       const at::Tensor& px,
       const ProcessGroupPtr& g,
-      const MeshEncodeOptions& o)
+      const EncodeOptions& o)
       : tower(t),
         pixel_values(px),
         group(g),
@@ -60,7 +66,7 @@ struct MeshCall {
   const VisionTower& tower;
   const at::Tensor& pixel_values;
   const ProcessGroupPtr& group;
-  const MeshEncodeOptions& options;
+  const EncodeOptions& options;
   int rank;
   int world;
   std::string prefix;
@@ -72,37 +78,38 @@ struct MeshCall {
 /// the checks that need no peer. Sets c.grid.
 internal::MeshRecord check_local_inputs(
     MeshCall& c, const at::Tensor& grid_thw) {
-  const MeshEncodeOptions& o = c.options;
+  const EncodeOptions& o = c.options;
+  const MeshOptions& m = o.mesh;
   internal::MeshRecord mine;
-  mine.dp = o.dp;
-  mine.cp = o.cp;
+  mine.dp = m.dp;
+  mine.cp = m.cp;
   mine.options = internal::plan_options_fingerprint(
-      o.plan, o.dp, o.cp, o.min_gain, o.exchange_latency_seconds);
+      o.plan, m.dp, m.cp, m.min_gain, m.exchange_latency_seconds);
   mine.tower_trainable = o.tower_trainable;
   // Dedup is a mesh-wide choice: part of the options every rank compares;
   // so is where a CP-only step runs (over cp_group or the mesh's routes).
-  if (o.dedup) {
+  if (m.dedup) {
     mine.options ^= 0x5d5d5d5d5d5d5d5dULL;
   }
-  if (o.cp_group) {
+  if (m.cp_group) {
     mine.options ^= 0x3c3c3c3c3c3c3c3cULL;
   }
   try {
     TORCH_CHECK(
-        o.dp >= 1 && o.dp <= kMaxMeshReplicas && o.cp >= 1 &&
-            o.cp <= kMaxMeshReplicas,
+        m.dp >= 1 && m.dp <= kMaxMeshReplicas && m.cp >= 1 &&
+            m.cp <= kMaxMeshReplicas,
         c.prefix,
         "expected dp and cp in [1, ",
         kMaxMeshReplicas,
         "], got dp=",
-        o.dp,
+        m.dp,
         " cp=",
-        o.cp);
+        m.cp);
     TORCH_CHECK(
-        o.dp * o.cp == c.world,
+        m.dp * m.cp == c.world,
         c.prefix,
         "expected a mesh group of dp * cp = ",
-        o.dp * o.cp,
+        m.dp * m.cp,
         " ranks (mesh rank = replica * cp + cp_rank), got ",
         c.world,
         o.tower_trainable ? " (a trainable tower's gradient all-reduce must "
@@ -113,12 +120,12 @@ internal::MeshRecord check_local_inputs(
         c.prefix,
         "expected a callable tower, got an empty function");
     TORCH_CHECK(
-        std::isfinite(o.other_seconds) && o.other_seconds >= 0.0,
+        std::isfinite(m.other_seconds) && m.other_seconds >= 0.0,
         c.prefix,
         "expected other_seconds finite and >= 0, got ",
-        o.other_seconds);
-    mine.other_seconds = o.other_seconds;
-    internal::check_cp_group(o.cp_group, o.cp, c.rank, c.prefix);
+        m.other_seconds);
+    mine.other_seconds = m.other_seconds;
+    internal::check_cp_group(m.cp_group, m.cp, c.rank, c.prefix);
     const at::Tensor& px = c.pixel_values;
     TORCH_CHECK(
         px.defined() && px.dim() == 2,
@@ -132,9 +139,9 @@ internal::MeshRecord check_local_inputs(
     const FrameSet frames = expand_frames(grid, o.plan.layout);
     check_pixel_rows(frames, px.size(0));
     internal::check_token_owner(
-        o.token_owner, frames.total_tokens, o.cp, c.prefix);
+        o.token_owner, frames.total_tokens, m.cp, c.prefix);
     mine.tokens = frames.total_tokens;
-    if (o.dedup) {
+    if (m.dedup) {
       TORCH_CHECK(
           o.unit_keys.size() == frames.units.size(),
           c.prefix,
@@ -146,11 +153,11 @@ internal::MeshRecord check_local_inputs(
     mine.grid = std::move(grid);
     mine.owner_mode = !o.token_owner.empty();
     mine.owner_fp = internal::owner_fingerprint(o.token_owner);
-    if (c.rank % o.cp == 0) {
+    if (c.rank % m.cp == 0) {
       mine.owners = o.token_owner;  // the replica's map travels once
       mine.keys = o.unit_keys;
     }
-    mine.keys_fp = o.dedup ? internal::keys_fingerprint(o.unit_keys) : 0;
+    mine.keys_fp = m.dedup ? internal::keys_fingerprint(o.unit_keys) : 0;
   } catch (...) {
     mine.ok = false;
     mine.error = "while checking its inputs: " +
@@ -165,11 +172,11 @@ internal::MeshRecord check_local_inputs(
 MeshPlan plan_mesh(
     const std::vector<internal::MeshRecord>& records, const MeshCall& c) {
   MeshPlanOptions mo;
-  mo.dp = c.options.dp;
-  mo.cp = c.options.cp;
+  mo.dp = c.options.mesh.dp;
+  mo.cp = c.options.mesh.cp;
   mo.plan = c.options.plan;
-  mo.min_gain = c.options.min_gain;
-  mo.exchange_latency_seconds = c.options.exchange_latency_seconds;
+  mo.min_gain = c.options.mesh.min_gain;
+  mo.exchange_latency_seconds = c.options.mesh.exchange_latency_seconds;
   // The route model's pixel row: the real one, once any rank has pixels.
   for (const internal::MeshRecord& r : records) {
     if (r.dtype >= 0 && r.features > 0) {
@@ -232,13 +239,13 @@ std::vector<internal::ConsensusRecord> run_and_agree(
 
 /// The replicated path: each rank encodes its own replica's frames (with
 /// dedup, each distinct frame of its replica once).
-MeshEncodeResult encode_replicated(
+EncodeResult encode_replicated(
     const MeshCall& c,
     MeshPlan mp,
     const std::vector<internal::MeshRecord>& records) {
-  const int64_t cp = c.options.cp;
+  const int64_t cp = c.options.mesh.cp;
   const auto keys = internal::replica_keys(records);
-  std::vector<FrameDedup> dedup(static_cast<size_t>(c.options.dp));
+  std::vector<FrameDedup> dedup(static_cast<size_t>(c.options.mesh.dp));
   std::vector<int64_t> expected(static_cast<size_t>(c.world));
   for (int64_t m = 0; m < c.world; ++m) {
     const int64_t q = m / cp;
@@ -275,17 +282,17 @@ MeshEncodeResult encode_replicated(
     internal::describe_outputs(lo, false, mine);
   });
   internal::expand_uses(mine_dedup, lo.outputs);
-  MeshEncodeResult res;
+  EncodeResult res;
   if (!c.options.token_owner.empty()) {
     res.tokens = internal::owned_rows(c.options.token_owner, c.rank % cp);
     internal::select_rows(lo.outputs, res.tokens);
   }
   res.outputs = std::move(lo.outputs);
-  res.plan = std::move(mp);
+  set_plan(res, std::move(mp));
   if (!keys.empty()) {
     // What the towers encoded: each replica's distinct frames, not the
     // mesh's (a frame in two replicas was encoded in both).
-    FrameDedup& d = res.plan.dedup;
+    FrameDedup& d = res.mesh.dedup;
     d.distinct_units = d.distinct_patch_rows = d.distinct_tokens = 0;
     for (const FrameDedup& q : dedup) {
       d.distinct_units += q.distinct_units;
@@ -299,34 +306,29 @@ MeshEncodeResult encode_replicated(
 /// A CP-only step with a cp_group: frameshard::encode over this replica's
 /// CP group, exactly as mesh_dims [cp] runs it (the replicas meet in no
 /// further collective; a text-only replica runs nothing, as on the CP path).
-MeshEncodeResult encode_cp_only(
+EncodeResult encode_cp_only(
     const MeshCall& c, MeshPlan mp, const at::Tensor& grid_thw) {
-  MeshEncodeResult res;
+  EncodeResult res;
   if (!c.grid.empty()) {
-    EncodeOptions eo;
-    eo.plan = c.options.plan;
-    eo.plan.world = c.options.cp;
-    eo.tower_trainable = c.options.tower_trainable;
-    eo.timeout = c.options.timeout;
-    eo.token_owner = c.options.token_owner;
-    if (c.options.dedup) {
-      eo.unit_keys = c.options.unit_keys;
+    // encode over the CP group: the same options, world cp.
+    EncodeOptions eo = c.options;
+    eo.plan.world = c.options.mesh.cp;
+    eo.group_spans_only_cp = true;
+    if (!c.options.mesh.dedup) {
+      eo.unit_keys.clear();
     }
-    EncodeResult er =
-        encode(c.tower, c.pixel_values, grid_thw, c.options.cp_group, eo);
-    res.outputs = std::move(er.outputs);
-    res.tokens = std::move(er.tokens);
-    res.bytes_sent = er.bytes_sent;
-    res.bytes_received = er.bytes_received;
-    res.dedup = std::move(er.dedup);
+    res =
+        encode(c.tower, c.pixel_values, grid_thw, c.options.mesh.cp_group, eo);
+    // The plan is the mesh's (below); no all-gather to compare with.
+    res.allgather_bytes_received = 0;
   }
-  res.plan = std::move(mp);
+  set_plan(res, std::move(mp));
   return res;
 }
 
 /// Step (c): this rank's real pixel rows, in its local order.
 at::Tensor receive_pixels(
-    const MeshCall& c, const MeshPlan& mp, MeshEncodeResult& res) {
+    const MeshCall& c, const MeshPlan& mp, EncodeResult& res) {
   const MeshPixelRoute px = mesh_pixel_route(mp, c.rank);
   // Detached: a differentiable all-to-all would need every rank in its
   // backward, and pixel values take no gradient.
@@ -367,7 +369,7 @@ void route_outputs(
     const std::vector<std::vector<int64_t>>& owners,
     const internal::LocalOutputs& lo,
     bool any_grad,
-    MeshEncodeResult& res) {
+    EncodeResult& res) {
   const OwnerRoute route = mesh_output_route(mp, c.rank, owners);
   const at::Tensor fused = internal::joined_for_backward(lo.fused, any_grad);
   const auto device = fused.device();
@@ -403,11 +405,11 @@ void route_outputs(
 }
 
 /// The sharded path: steps (c) to (f).
-MeshEncodeResult encode_sharded(
+EncodeResult encode_sharded(
     const MeshCall& c,
     MeshPlan mp,
     const std::vector<std::vector<int64_t>>& owners) {
-  MeshEncodeResult res;
+  EncodeResult res;
   const at::Tensor real = receive_pixels(c, mp, res);
   const RankShard& shard = mp.plan.ranks[c.rank];
   auto exchange = std::make_shared<internal::PieceExchangeState>();
@@ -441,18 +443,18 @@ MeshEncodeResult encode_sharded(
   route_outputs(c, mp, owners, lo, internal::any_requires_grad(records), res);
   res.bytes_sent += res.pixel_bytes_sent;
   res.bytes_received += res.pixel_bytes_received;
-  res.plan = std::move(mp);
+  set_plan(res, std::move(mp));
   return res;
 }
 
 }  // namespace
 
-MeshEncodeResult encode_mesh(
+EncodeResult encode_mesh(
     const VisionTower& tower,
     const at::Tensor& pixel_values,
     const at::Tensor& grid_thw,
     const ProcessGroupPtr& mesh_group,
-    const MeshEncodeOptions& options) {
+    const EncodeOptions& options) {
   FRAMESHARD_TORCH_CHECK(
       mesh_group, kMeshEncodeFn, "expected a process group, got null");
   MeshCall c(tower, pixel_values, mesh_group, options);
@@ -466,7 +468,7 @@ MeshEncodeResult encode_mesh(
   if (!mp.plan.sharded()) {
     return encode_replicated(c, std::move(mp), records);
   }
-  if (mp.mode == MeshMode::kCpOnly && options.cp_group) {
+  if (mp.mode == MeshMode::kCpOnly && options.mesh.cp_group) {
     return encode_cp_only(c, std::move(mp), grid_thw);
   }
   return encode_sharded(c, std::move(mp), internal::replica_owners(records));

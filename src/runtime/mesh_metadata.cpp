@@ -43,18 +43,6 @@ enum MeshWord : int64_t {
   kMwHeader = kMwMessage + kConsensusMessageBytes / 8,
 };
 
-int64_t as_word(uint64_t v) {
-  int64_t w = 0;
-  std::memcpy(&w, &v, sizeof(w));
-  return w;
-}
-
-uint64_t as_hash(int64_t w) {
-  uint64_t v = 0;
-  std::memcpy(&v, &w, sizeof(v));
-  return v;
-}
-
 int64_t bits_of(double d) {
   int64_t w = 0;
   std::memcpy(&w, &d, sizeof(w));
@@ -76,10 +64,7 @@ std::vector<int64_t> pack_mesh_record(const MeshRecord& r) {
   w[kMwOwnerMode] = r.owner_mode ? 1 : 0;
   w[kMwOwnerFingerprint] = as_word(r.owner_fp);
   w[kMwOtherSeconds] = bits_of(r.other_seconds);
-  const auto len = std::min<int64_t>(
-      static_cast<int64_t>(r.error.size()), kConsensusMessageBytes);
-  w[kMwMessageLength] = len;
-  std::memcpy(&w[kMwMessage], r.error.data(), static_cast<size_t>(len));
+  pack_message(r.error, &w[kMwMessageLength]);
   for (const GridThw& g : r.grid) {
     w.insert(w.end(), {g.t, g.h, g.w});
   }
@@ -129,10 +114,7 @@ MeshRecord unpack_mesh_record(
   r.owner_mode = w[kMwOwnerMode] != 0;
   r.owner_fp = as_hash(w[kMwOwnerFingerprint]);
   std::memcpy(&r.other_seconds, &w[kMwOtherSeconds], sizeof(double));
-  const int64_t len = std::min(
-      std::max<int64_t>(w[kMwMessageLength], 0), kConsensusMessageBytes);
-  r.error.assign(
-      reinterpret_cast<const char*>(&w[kMwMessage]), static_cast<size_t>(len));
+  r.error = unpack_message(&w[kMwMessageLength]);
   const int64_t* p = w + kMwHeader;
   for (int64_t i = 0; i < w[kMwMedia]; ++i, p += 3) {
     r.grid.push_back({p[0], p[1], p[2]});

@@ -15,22 +15,6 @@ namespace {
 
 constexpr const char* kRouteFn = "all_to_all_rows";
 
-at::Tensor exchange(
-    const at::Tensor& local,
-    const ProcessGroupPtr& group,
-    const std::vector<int64_t>& send_counts,
-    const std::vector<int64_t>& recv_counts,
-    std::chrono::milliseconds timeout) {
-  const int64_t total =
-      std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
-  at::Tensor bytes = internal::as_byte_rows(local);
-  at::Tensor output = at::empty({total, bytes.size(1)}, bytes.options());
-  internal::alltoall_rows(
-      group, output, bytes, recv_counts, send_counts, timeout, kRouteFn);
-  return internal::from_byte_rows(
-      output, local.scalar_type(), local.sizes().slice(1));
-}
-
 struct AllToAllRowsFunction
     : public torch::autograd::Function<AllToAllRowsFunction> {
   static at::Tensor forward(
@@ -44,12 +28,13 @@ struct AllToAllRowsFunction
     ctx->saved_data["send"] = send_counts;
     ctx->saved_data["recv"] = recv_counts;
     ctx->saved_data["timeout_ms"] = timeout_ms;
-    return exchange(
+    return internal::alltoall_tensor_rows(
         local,
         group,
         send_counts,
         recv_counts,
-        std::chrono::milliseconds(timeout_ms));
+        std::chrono::milliseconds(timeout_ms),
+        kRouteFn);
   }
 
   static torch::autograd::variable_list backward(
@@ -61,37 +46,11 @@ struct AllToAllRowsFunction
     const auto timeout =
         std::chrono::milliseconds(ctx->saved_data["timeout_ms"].toInt());
     // The transpose: what was received goes back where it came from.
-    at::Tensor g = exchange(grads[0], group, recv, send, timeout);
+    at::Tensor g = internal::alltoall_tensor_rows(
+        grads[0], group, recv, send, timeout, kRouteFn);
     return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
-
-void check_counts(
-    const std::vector<int64_t>& counts,
-    const char* name,
-    int world,
-    const std::string& prefix) {
-  TORCH_CHECK(
-      static_cast<int>(counts.size()) == world,
-      prefix,
-      "expected ",
-      name,
-      ".size() == world size (",
-      world,
-      "), got ",
-      counts.size());
-  for (size_t r = 0; r < counts.size(); ++r) {
-    TORCH_CHECK(
-        counts[r] >= 0,
-        prefix,
-        "expected ",
-        name,
-        "[",
-        r,
-        "] >= 0, got ",
-        counts[r]);
-  }
-}
 
 }  // namespace
 
@@ -110,8 +69,8 @@ at::Tensor all_to_all_rows(
       prefix,
       "expected a defined tensor with at least 1 dim, got ",
       local.defined() ? std::to_string(local.dim()) + " dims" : "none");
-  check_counts(send_counts, "send_counts", world, prefix);
-  check_counts(recv_counts, "recv_counts", world, prefix);
+  internal::check_counts(send_counts, "send_counts", world, prefix);
+  internal::check_counts(recv_counts, "recv_counts", world, prefix);
   const int64_t sent =
       std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
   TORCH_CHECK(

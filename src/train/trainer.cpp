@@ -46,7 +46,7 @@ struct Trainer::State {
   std::unique_ptr<detail::VisionStage> vision;
   // Seconds of the decoder's forward + backward per sequence position, as
   // the last step measured: this step's prediction of the rest of the
-  // step for the mesh's choice (MeshEncodeOptions::other_seconds).
+  // step for the mesh's choice (MeshOptions::other_seconds).
   double decoder_rate = 0.0;
 };
 
@@ -367,17 +367,14 @@ std::vector<at::Tensor> encode_step(
     double exchange_latency_seconds,
     const EncodeOptions& eo) {
   if (mesh_dp > 0) {
-    MeshEncodeOptions mo;
-    mo.dp = mesh_dp;
-    mo.cp = cp;
-    mo.plan = eo.plan;
-    mo.min_gain = min_gain;
-    mo.other_seconds = other_seconds;
-    mo.exchange_latency_seconds = exchange_latency_seconds;
-    mo.timeout = eo.timeout;
-    mo.token_owner = eo.token_owner;
+    EncodeOptions mo = eo;
+    mo.mesh.dp = mesh_dp;
+    mo.mesh.cp = cp;
+    mo.mesh.min_gain = min_gain;
+    mo.mesh.other_seconds = other_seconds;
+    mo.mesh.exchange_latency_seconds = exchange_latency_seconds;
     // A CP-only step then runs as mesh_dims [cp] would, on the CP group.
-    mo.cp_group = g.cp;
+    mo.mesh.cp_group = g.cp;
     return vision.forward_mesh(b.pixels, b.grid, g.world, mo, g.cp);
   }
   if (b.layout.grid.empty()) {

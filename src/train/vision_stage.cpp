@@ -151,34 +151,35 @@ std::vector<at::Tensor> VisionStage::forward_mesh(
     const at::Tensor& pixel_values,
     const at::Tensor& grid_thw,
     const ProcessGroupPtr& mesh_group,
-    const MeshEncodeOptions& options,
+    const EncodeOptions& options,
     const ProcessGroupPtr& hash_group) {
   begin_step();
-  MeshEncodeOptions o = options;
+  EncodeOptions o = options;
   if (dedup_) {
-    o.dedup = true;
+    o.mesh.dedup = true;
     o.unit_keys = hash(pixel_values, grid_thw, hash_group, o.timeout);
   }
   const auto start = Clock::now();
-  MeshEncodeResult res = encode_mesh(
+  EncodeResult res = encode_mesh(
       [this](const TowerInput& in) { return run_tower(in); },
       pixel_values,
       grid_thw,
       mesh_group,
       o);
-  const bool on_cp_group = res.plan.plan.sharded() &&
-                           res.plan.mode == MeshMode::kCpOnly && o.cp_group;
+  const bool on_cp_group = res.plan.sharded() &&
+                           res.mesh.mode == MeshMode::kCpOnly &&
+                           o.mesh.cp_group;
   if (on_cp_group) {
     count_frames(grid_thw, res.dedup);  // the CP path's own counts
   } else {
     count_mesh_frames(
-        grid_thw, res.plan, mesh_group->getRank() / o.cp, o.unit_keys);
+        grid_thw, res.mesh, mesh_group->getRank() / o.mesh.cp, o.unit_keys);
   }
-  if (res.plan.plan.sharded()) {
-    mesh_mode_ = to_string(res.plan.mode);
-    mesh_gain_ = res.plan.choice.gain();
+  if (res.plan.sharded()) {
+    mesh_mode_ = to_string(res.mesh.mode);
+    mesh_gain_ = res.mesh.choice.gain();
   }
-  plan_ = std::move(res.plan.plan);
+  plan_ = std::move(res.plan);
   // Pixels and outputs; there is no all-gather to compare with (0).
   bytes_received_ = res.bytes_received;
   return keep_outputs(std::move(res.outputs), pixel_values.device(), start);

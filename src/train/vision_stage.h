@@ -73,13 +73,13 @@ class VisionStage {
   /// The same through encode_mesh over `mesh_group` (dp * cp ranks):
   /// `pixel_values` and `grid_thw` are this rank's replica's. Returns
   /// nothing for a text-only replica on the replicated path (no tower ran).
-  /// With dedup, options.dedup and unit_keys are set here, the pixels
+  /// With dedup, options.mesh.dedup and unit_keys are set here, the pixels
   /// hashed over `hash_group` (this replica's CP group; null: alone).
   std::vector<at::Tensor> forward_mesh(
       const at::Tensor& pixel_values,
       const at::Tensor& grid_thw,
       const ProcessGroupPtr& mesh_group,
-      const MeshEncodeOptions& options,
+      const EncodeOptions& options,
       const ProcessGroupPtr& hash_group = nullptr);
   /// A step without vision: the timings and rows read 0.
   void skip();

@@ -32,7 +32,7 @@ using testing::RankOutcome;
 struct MeshRankCall {
   MeshGrid grid;
   at::Tensor pixels;
-  MeshEncodeOptions options;
+  EncodeOptions options;
   VisionTower tower;
 };
 
@@ -62,12 +62,12 @@ std::vector<RankOutcome> run_mesh_errors(
         MeshRankCall call;
         call.grid = c.replicas[q];
         call.pixels = problem.pixels[q];
-        call.options.dp = c.dp;
-        call.options.cp = c.cp;
+        call.options.mesh.dp = c.dp;
+        call.options.mesh.cp = c.cp;
         call.options.plan = c.plan;
         call.tower = problem.tower(mine);
         customize(rank, call);
-        const MeshEncodeResult res = encode_mesh(
+        const EncodeResult res = encode_mesh(
             call.tower,
             call.pixels,
             grid_to_tensor(call.grid),
@@ -192,19 +192,11 @@ TEST(MeshEncodeErrors, ARankWhoseOutputsNeedNoGradientStillJoinsTheBackward) {
       c,
       [](int rank, MeshRankCall& call) {
         if (rank == 2) {
-          call.tower = [inner = call.tower](const TowerInput& in) {
-            std::vector<at::Tensor> outs = inner(in);
-            for (auto& o : outs) {
-              o = o.detach();
-            }
-            return outs;
-          };
+          call.tower = testing::detached_outputs(call.tower);
         }
       },
       ropts);
-  for (size_t r = 0; r < outcomes.size(); ++r) {
-    EXPECT_TRUE(outcomes[r].ok) << "rank " << r << ": " << outcomes[r].error;
-  }
+  testing::expect_ok_everywhere(outcomes);
 }
 
 TEST(MeshEncodeErrors, AMeshGroupOfTheWrongSizeRaisesEverywhere) {
@@ -271,7 +263,7 @@ TEST(MeshEncodeErrors, BadMeshChoiceInputsOnOneRankRaiseEverywhere) {
           c,
           [](int rank, MeshRankCall& call) {
             if (rank == 3) {
-              call.options.other_seconds = -1.0;
+              call.options.mesh.other_seconds = -1.0;
             }
           }),
       "expected other_seconds finite and >= 0, got -1");
@@ -280,7 +272,7 @@ TEST(MeshEncodeErrors, BadMeshChoiceInputsOnOneRankRaiseEverywhere) {
       run_mesh_errors(
           c,
           [](int rank, MeshRankCall& call) {
-            call.options.exchange_latency_seconds = rank == 0 ? 1e-3 : 0.0;
+            call.options.mesh.exchange_latency_seconds = rank == 0 ? 1e-3 : 0.0;
           }),
       "ranks disagree on the plan options: rank 0 has fingerprint 0x");
 }

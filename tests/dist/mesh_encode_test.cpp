@@ -53,13 +53,13 @@ struct MeshCase {
   /// Repeated frames: {replica, unit, from replica, from unit}: the unit's
   /// pixel rows become a copy of the other's (equal shapes).
   std::vector<std::array<int, 4>> copies;
-  bool dedup = false;  // MeshEncodeOptions::dedup, keys by frame_keys
+  bool dedup = false;  // MeshOptions::dedup, keys by frame_keys
   double min_gain = kDefaultMeshMinGain;  // policy auto's per-step choice
   std::vector<double> other_seconds;      // per mesh rank; empty: 0
 };
 
 struct MeshRankRun {
-  MeshEncodeResult res;
+  EncodeResult res;
   std::vector<at::Tensor> grads;  // reduced over the mesh, divided by dp
   int allgathers = 0;
   int alltoalls_forward = 0;
@@ -92,19 +92,19 @@ MeshRun run_mesh(const MeshCase& c) {
     auto counting = c10::make_intrusive<testing::CountingGroup>(pg);
     const testing::TestTowerParams mine =
         testing::leaf_copy(problem.params, true);
-    MeshEncodeOptions o;
-    o.dp = c.dp;
-    o.cp = c.cp;
+    EncodeOptions o;
+    o.mesh.dp = c.dp;
+    o.mesh.cp = c.cp;
     o.plan = c.plan;
-    o.min_gain = c.min_gain;
+    o.mesh.min_gain = c.min_gain;
     if (!c.other_seconds.empty()) {
-      o.other_seconds = c.other_seconds[static_cast<size_t>(rank)];
+      o.mesh.other_seconds = c.other_seconds[static_cast<size_t>(rank)];
     }
     o.token_owner = problem.owners[q];
     MeshRankRun& r = run.ranks[rank];
     const at::Tensor grid = grid_to_tensor(c.replicas[q]);
     if (c.dedup) {
-      o.dedup = true;
+      o.mesh.dedup = true;
       o.unit_keys = frame_keys(problem.pixels[q], grid, c.plan.layout);
     }
     const VisionTower tower = problem.tower(mine);
@@ -140,7 +140,7 @@ void expect_mesh_parity(const MeshRun& run, const MeshCase& c) {
     const MeshRankRun& r = run.ranks[m];
     const auto& want = run.ref.rank_outputs[m];
     const auto& tokens = run.ref.rank_tokens[m];
-    if (want.empty() && !r.res.plan.plan.sharded()) {
+    if (want.empty() && !r.res.mesh.plan.sharded()) {
       EXPECT_TRUE(r.res.outputs.empty()) << "text-only, replicated";
       continue;
     }
@@ -175,7 +175,7 @@ TEST(MeshEncode, TwoReplicasOfOneRankEachMatchTheirOwnRuns) {
   c.replicas = {kMixedGrid, {{1, 4, 8}}};
   c.seed = 1;
   const MeshRun run = run_mesh(c);
-  const MeshPlan& mp = run.ranks[0].res.plan;
+  const MeshPlan& mp = run.ranks[0].res.mesh;
   ASSERT_TRUE(mp.plan.sharded());
   EXPECT_EQ(mp.replica_media, (std::vector<int64_t>{0, 6, 7}));
   // The balance moved some of replica 0's frames to replica 1's rank.
@@ -195,7 +195,7 @@ TEST(MeshEncode, TwoReplicasOfTwoCpRanksMatchWithFiveCollectivesForward) {
   c.replicas = {kMixedGrid, {{1, 8, 8}, {2, 4, 4}}};
   c.seed = 2;
   const MeshRun run = run_mesh(c);
-  ASSERT_TRUE(run.ranks[0].res.plan.plan.sharded());
+  ASSERT_TRUE(run.ranks[0].res.mesh.plan.sharded());
   expect_mesh_parity(run, c);
   for (int m = 0; m < 4; ++m) {
     // Metadata lengths and consensus; metadata words, pixels, outputs; the
@@ -213,7 +213,7 @@ TEST(MeshEncode, ThreeReplicasWithATextOnlyOneMatchAndNoRankSkipsACollective) {
   c.replicas = {{{1, 8, 8}, {2, 4, 6}}, {}, kMixedGrid};
   c.seed = 3;
   const MeshRun run = run_mesh(c);
-  const MeshPlan& mp = run.ranks[0].res.plan;
+  const MeshPlan& mp = run.ranks[0].res.mesh;
   ASSERT_TRUE(mp.plan.sharded());
   expect_mesh_parity(run, c);
   for (int m : {2, 3}) {
@@ -232,7 +232,7 @@ TEST(MeshEncode, ATextOnlyReplicasRankEncodesItsNeighboursFrames) {
   c.replicas = {{{1, 8, 8}, {1, 4, 4}, {1, 4, 4}, {1, 8, 8}}, {}};
   c.seed = 4;
   const MeshRun run = run_mesh(c);
-  const MeshPlan& mp = run.ranks[1].res.plan;
+  const MeshPlan& mp = run.ranks[1].res.mesh;
   ASSERT_TRUE(mp.plan.sharded());
   EXPECT_FALSE(mp.plan.ranks[1].units.empty());
   EXPECT_GT(run.ranks[1].res.pixel_bytes_received, 0);
@@ -255,7 +255,7 @@ TEST(MeshEncode, SplitFramesCutAcrossReplicasMatchTheWholeFrameRun) {
     c.frame_context = true;
     c.seed = 5;
     const MeshRun run = run_mesh(c);
-    const MeshPlan& mp = run.ranks[0].res.plan;
+    const MeshPlan& mp = run.ranks[0].res.mesh;
     ASSERT_TRUE(mp.plan.split);
     bool remote_piece = false;
     for (int m = cp; m < dp * cp; ++m) {
@@ -281,9 +281,9 @@ TEST(MeshEncode, OwnerRoutingDeliversEachRankOnlyItsRowsWithTheSameGradients) {
     c.owners = true;
     c.seed = 6;
     const MeshRun run = run_mesh(c);
-    ASSERT_TRUE(run.ranks[0].res.plan.plan.sharded());
+    ASSERT_TRUE(run.ranks[0].res.mesh.plan.sharded());
     expect_mesh_parity(run, c);
-    const MeshPlan& mp = run.ranks[0].res.plan;
+    const MeshPlan& mp = run.ranks[0].res.mesh;
     for (int q = 0; q < dp; ++q) {
       // Each of a replica's rows reaches exactly one of its cp ranks.
       int64_t received = 0;
@@ -313,7 +313,7 @@ TEST(MeshEncode, ReplicatedPathEncodesEachReplicaLocallyWithoutPayload) {
     const MeshRun run = run_mesh(c);
     for (int m = 0; m < 6; ++m) {
       const auto& r = run.ranks[m];
-      EXPECT_FALSE(r.res.plan.plan.sharded());
+      EXPECT_FALSE(r.res.mesh.plan.sharded());
       EXPECT_EQ(r.res.bytes_sent + r.res.bytes_received, 0);
       // The metadata exchange and the consensus, nothing else.
       EXPECT_EQ(r.allgathers, 2) << m;
@@ -352,7 +352,7 @@ TEST(MeshEncode, DedupEncodesEachDistinctFrameOnceInTheWholeMesh) {
     MeshCase c = spread_group(dp, cp);
     c.owners = cp == 2;
     const MeshRun run = run_mesh(c);
-    const MeshPlan& mp = run.ranks[0].res.plan;
+    const MeshPlan& mp = run.ranks[0].res.mesh;
     ASSERT_TRUE(mp.plan.sharded());
     EXPECT_EQ(mp.dedup.distinct_units, 3);
     EXPECT_EQ(mp.dedup.units, dp == 3 ? 9 : 7);
@@ -378,21 +378,21 @@ TEST(MeshEncode, DedupWithSplitFramesAndOnTheReplicatedPath) {
   split.plan.split.min_gain = 0.0;
   split.frame_context = true;
   const MeshRun run = run_mesh(split);
-  ASSERT_TRUE(run.ranks[0].res.plan.plan.split);
-  EXPECT_EQ(run.ranks[0].res.plan.dedup.distinct_units, 4);
+  ASSERT_TRUE(run.ranks[0].res.mesh.plan.split);
+  EXPECT_EQ(run.ranks[0].res.mesh.dedup.distinct_units, 4);
   expect_mesh_parity(run, split);
   // The replicated path dedups within each replica.
   MeshCase local = spread_group(2, 2);
   local.plan.policy.enabled = false;
   const MeshRun rep = run_mesh(local);
-  EXPECT_FALSE(rep.ranks[0].res.plan.plan.sharded());
+  EXPECT_FALSE(rep.ranks[0].res.mesh.plan.sharded());
   expect_mesh_parity(rep, local);
   EXPECT_EQ(rep.ranks[0].tower_rows, 64 + 32);       // A, B
   EXPECT_EQ(rep.ranks[2].tower_rows, 32 + 64 + 32);  // B, A, C
   // Its counts say what the towers encoded: each replica's distinct frames.
-  EXPECT_EQ(rep.ranks[0].res.plan.dedup.units, 7);
-  EXPECT_EQ(rep.ranks[0].res.plan.dedup.distinct_units, 2 + 3);
-  EXPECT_EQ(rep.ranks[0].res.plan.dedup.distinct_patch_rows, 96 + 128);
+  EXPECT_EQ(rep.ranks[0].res.mesh.dedup.units, 7);
+  EXPECT_EQ(rep.ranks[0].res.mesh.dedup.distinct_units, 2 + 3);
+  EXPECT_EQ(rep.ranks[0].res.mesh.dedup.distinct_patch_rows, 96 + 128);
 }
 
 TEST(MeshEncode, DedupWithoutRepeatsIsTheMeshWithoutDedup) {
@@ -408,8 +408,8 @@ TEST(MeshEncode, DedupWithoutRepeatsIsTheMeshWithoutDedup) {
   const MeshRun b = run_mesh(off);
   for (int m = 0; m < 4; ++m) {
     EXPECT_EQ(
-        a.ranks[m].res.plan.plan.fingerprint,
-        b.ranks[m].res.plan.plan.fingerprint);
+        a.ranks[m].res.mesh.plan.fingerprint,
+        b.ranks[m].res.mesh.plan.fingerprint);
     for (size_t i = 0; i < a.ranks[m].res.outputs.size(); ++i) {
       EXPECT_TRUE(
           at::equal(a.ranks[m].res.outputs[i], b.ranks[m].res.outputs[i]));
@@ -437,7 +437,7 @@ TEST(MeshChoice, BalancedReplicasRunCpOnlyWithThePixelsStayingHome) {
     MeshCase c = auto_case(2, 2, {balanced, balanced});
     c.owners = owners;
     const MeshRun run = run_mesh(c);
-    const MeshPlan& mp = run.ranks[0].res.plan;
+    const MeshPlan& mp = run.ranks[0].res.mesh;
     ASSERT_TRUE(mp.plan.sharded());
     ASSERT_EQ(mp.mode, MeshMode::kCpOnly) << mp.choice.reason;
     expect_mesh_parity(run, c);
@@ -453,7 +453,7 @@ TEST(MeshChoice, BalancedReplicasRunCpOnlyWithThePixelsStayingHome) {
 TEST(MeshChoice, CpOnlyAtCp1MovesNoPayloadAndStillMatches) {
   MeshCase c = auto_case(2, 1, {kMixedGrid, kMixedGrid});
   const MeshRun run = run_mesh(c);
-  ASSERT_EQ(run.ranks[0].res.plan.mode, MeshMode::kCpOnly);
+  ASSERT_EQ(run.ranks[0].res.mesh.mode, MeshMode::kCpOnly);
   expect_mesh_parity(run, c);
   for (int m = 0; m < 2; ++m) {
     EXPECT_EQ(run.ranks[m].res.bytes_sent + run.ranks[m].res.bytes_received, 0);
@@ -464,7 +464,7 @@ TEST(MeshChoice, CpOnlyAtCp1MovesNoPayloadAndStillMatches) {
 TEST(MeshChoice, TheStragglerPoolsAndMatches) {
   MeshCase c = auto_case(2, 1, {{{1, 8, 8}, {1, 8, 8}, {1, 8, 8}}, {}});
   const MeshRun run = run_mesh(c);
-  const MeshPlan& mp = run.ranks[1].res.plan;
+  const MeshPlan& mp = run.ranks[1].res.mesh;
   ASSERT_EQ(mp.mode, MeshMode::kMesh) << mp.choice.reason;
   EXPECT_GT(mp.choice.gain(), 0.2);
   EXPECT_FALSE(mp.plan.ranks[1].units.empty());
@@ -478,7 +478,7 @@ TEST(MeshChoice, ALongTextStepOnTheLightReplicaKeepsItCpOnly) {
   MeshCase c = auto_case(2, 2, {{{1, 8, 8}, {1, 8, 8}, {1, 8, 8}}, {}});
   c.other_seconds = {0.0, 0.0, 0.0, 10.0};
   const MeshRun run = run_mesh(c);
-  const MeshPlan& mp = run.ranks[0].res.plan;
+  const MeshPlan& mp = run.ranks[0].res.mesh;
   ASSERT_EQ(mp.mode, MeshMode::kCpOnly) << mp.choice.reason;
   EXPECT_DOUBLE_EQ(mp.choice.mesh.other_seconds, 10.0);
   EXPECT_DOUBLE_EQ(mp.choice.cp_only.other_seconds, 10.0);
@@ -493,8 +493,8 @@ TEST(MeshChoice, CpOnlyWithSplitFramesAndWithDedupAcrossReplicasMatches) {
   split.plan.split.min_gain = 0.0;
   split.frame_context = true;
   const MeshRun run = run_mesh(split);
-  ASSERT_EQ(run.ranks[0].res.plan.mode, MeshMode::kCpOnly);
-  ASSERT_TRUE(run.ranks[0].res.plan.plan.split);
+  ASSERT_EQ(run.ranks[0].res.mesh.mode, MeshMode::kCpOnly);
+  ASSERT_TRUE(run.ranks[0].res.mesh.plan.split);
   expect_mesh_parity(run, split);
   // A GRPO group spread over two replicas, forced CP-only: a frame first
   // used on replica 0 still reaches replica 1's uses (the output exchange
@@ -503,7 +503,7 @@ TEST(MeshChoice, CpOnlyWithSplitFramesAndWithDedupAcrossReplicasMatches) {
   group.plan.policy.kind = PolicyKind::kAuto;
   group.min_gain = 0.99;
   const MeshRun grun = run_mesh(group);
-  ASSERT_EQ(grun.ranks[0].res.plan.mode, MeshMode::kCpOnly);
+  ASSERT_EQ(grun.ranks[0].res.mesh.mode, MeshMode::kCpOnly);
   expect_mesh_parity(grun, group);
   EXPECT_GT(grun.ranks[1].res.bytes_received, 0);
 }

@@ -44,6 +44,10 @@
 // raises unless the tower is frozen (group_spans_only_cp = false requires
 // tower_trainable = false).
 //
+// EncodeOptions and EncodeResult are encode_mesh's too
+// (frameshard/runtime/mesh_encode.h), which alone reads EncodeOptions::mesh
+// and sets EncodeResult::mesh and pixel_bytes_*.
+//
 // Usage:
 //   frameshard::EncodeOptions o;
 //   o.plan = frameshard::plan_options(cfg);  // o.plan.world == cp_size
@@ -59,6 +63,7 @@
 #pragma once
 
 #include <frameshard/dedup.h>
+#include <frameshard/mesh_plan.h>
 #include <frameshard/plan.h>
 #include <frameshard/runtime/gather.h>
 #include <frameshard/runtime/process_group.h>
@@ -67,51 +72,105 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
 namespace frameshard {
 
+/// encode_mesh only (encode ignores them): the data x context-parallel
+/// mesh and its per-step choice (frameshard/runtime/mesh_encode.h).
+struct MeshOptions {
+  int64_t dp = 1;
+  int64_t cp = 1;
+  /// With plan.policy.kind auto: the per-step choice's line
+  /// (MeshPlanOptions::min_gain, frameshard/mesh_plan.h).
+  double min_gain = kDefaultMeshMinGain;
+  /// With policy auto: this rank's predicted seconds of the rest of its
+  /// step (the language model's forward and backward), finite and >= 0;
+  /// each replica's slowest cp rank's becomes its other_q in the choice
+  /// (MeshPlanOptions::replica_other_seconds). 0 everywhere: the choice
+  /// weighs the vision alone. Ranks may differ.
+  double other_seconds = 0.0;
+  /// MeshPlanOptions::exchange_latency_seconds (frame_sharding.
+  /// split_exchange_latency_us * 1e-6); ranks must agree.
+  double exchange_latency_seconds = 0.0;
+  /// This replica's CP group (cp ranks, this rank at cp rank rank % cp),
+  /// or null. With it, a step whose choice is CP-only runs
+  /// frameshard::encode over it -- exactly mesh_dims [cp]'s step, the
+  /// replicas meeting in no collective after the metadata exchange (and a
+  /// failure inside one replica's encode raising on that replica's ranks,
+  /// as on the CP path). Without it, the CP-only plan runs through the
+  /// mesh's routes, whose collectives join every replica. Ranks must agree
+  /// on passing one.
+  ProcessGroupPtr cp_group;
+  /// Encode each distinct frame unit once in the whole mesh
+  /// (frameshard/dedup.h); every rank must agree. Then unit_keys holds one
+  /// content key per frame unit of THIS replica's grid_thw (none for a
+  /// text-only replica, hence the flag), equal on the cp ranks of a
+  /// replica.
+  bool dedup = false;
+};
+
+/// The options of encode and encode_mesh.
 struct EncodeOptions {
-  /// plan.world is cp_size and must equal the group's size.
+  /// plan.world is cp_size and must equal the group's size (encode_mesh:
+  /// everything but the world, which is dp * cp).
   PlanOptions plan;
   /// False when the group is wider than CP (e.g. CP x TP); allowed only for
-  /// a frozen tower.
+  /// a frozen tower. encode only.
   bool group_spans_only_cp = true;
   /// Whether the tower has trainable parameters (has_trainable_parameters in
-  /// frameshard/tower.h).
+  /// frameshard/tower.h). encode_mesh: then the caller's gradient
+  /// all-reduce must span the whole mesh; ranks must agree on it.
   bool tower_trainable = true;
-  /// Timeout of the consensus and gather collectives; 0: group default.
+  /// Timeout of every collective of the call; 0: group default.
   std::chrono::milliseconds timeout{0};
   /// Owner-routed outputs (frameshard/owner_route.h): the rank of `group`
   /// that consumes each visual token (plan.frames.total_tokens entries,
   /// e.g. visual_token_owners). Empty: every rank receives every row (the
   /// all-gather). Set: each rank returns only the rows it owns, in
   /// ascending token order, moved by one all-to-all on the sharded path
-  /// (selected locally on the replicated one).
+  /// (selected locally on the replicated one). encode_mesh: the cp rank
+  /// (0 .. cp-1) consuming each of THIS replica's visual tokens; once one
+  /// replica passes a map, every replica with visual tokens must.
   std::vector<int64_t> token_owner;
   /// One content key per frame unit of grid_thw (frame_keys in
   /// frameshard/runtime/frame_keys.h, or media_unit_keys): encode each
-  /// distinct unit once. Empty: no dedup. Ranks must pass equal keys.
+  /// distinct unit once. Empty: no dedup (encode_mesh: mesh.dedup says).
+  /// Ranks must pass equal keys.
   std::vector<UnitKey> unit_keys;
+  MeshOptions mesh;
 };
 
+/// The result of encode and encode_mesh.
 struct EncodeResult {
   /// One [total_tokens, hidden_i] tensor per tower output, original order;
   /// with token_owner, [owned tokens, hidden_i] in ascending token order.
+  /// encode_mesh: this replica's visual tokens; empty on the replicated
+  /// path for a text-only replica.
   std::vector<at::Tensor> outputs;
-  /// With token_owner: the global token index of each output row.
+  /// With token_owner: the global token index of each output row
+  /// (encode_mesh: this replica's token index).
   std::vector<int64_t> tokens;
+  /// The plan that ran (encode_mesh: mesh.plan, world dp * cp).
   ShardPlan plan;
-  /// Payload bytes this rank sent and received in the forward collective
-  /// (0 on the replicated path), and what an all-gather would have made it
-  /// receive (equal to bytes_received without token_owner).
+  /// Payload bytes this rank sent and received in the forward collectives
+  /// (0 on the replicated path; encode_mesh: outputs and pixels), and what
+  /// an all-gather would have made it receive (encode only; equal to
+  /// bytes_received without token_owner).
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t allgather_bytes_received = 0;
   /// With unit_keys: the distinct units (plan covers dedup.grid); otherwise
-  /// units == distinct_units == 0.
+  /// units == distinct_units == 0. encode_mesh: set by a CP-only step over
+  /// mesh.cp_group (the mesh's own is mesh.dedup).
   FrameDedup dedup;
+  /// encode_mesh only: the mesh plan (mode, choice, replica offsets), and
+  /// the pixel part of bytes_sent and bytes_received.
+  MeshPlan mesh;
+  int64_t pixel_bytes_sent = 0;
+  int64_t pixel_bytes_received = 0;
 };
 
 /// What rank `rank` of a sharded `plan` feeds its tower (step 2): its real

@@ -41,9 +41,9 @@
 // other replicas' frames or a dummy frame), and a text-only replica's ranks
 // get [0, hidden_i] outputs.
 //
-// Dedup (options.unit_keys): the mesh plan covers the distinct units of
-// ALL replicas (a GRPO group spread over replicas is encoded once); a
-// distinct unit's pixels leave from the replica of its first use, and its
+// Dedup (options.mesh.dedup, unit_keys): the mesh plan covers the distinct
+// units of ALL replicas (a GRPO group spread over replicas is encoded once);
+// a distinct unit's pixels leave from the replica of its first use, and its
 // rows go, in the same output all-to-all, once to every rank consuming one
 // of its uses (frameshard/dedup.h). The replicated path dedups within each
 // replica. Gradients: the sum over uses, as below.
@@ -69,13 +69,14 @@
 // output needs none still joins: encode's fresh-leaf trick).
 //
 // Usage:
-//   frameshard::MeshEncodeOptions o;
-//   o.dp = 2;
-//   o.cp = 2;
+//   frameshard::EncodeOptions o;  // encode's, with its mesh fields
+//   o.mesh.dp = 2;
+//   o.mesh.cp = 2;
 //   o.plan = frameshard::plan_options(cfg);  // plan.world is set to dp*cp
 //   auto res = frameshard::encode_mesh(tower, my_replica_pixels,
 //                                      my_replica_grid_thw, mesh_group, o);
 //   at::Tensor embeds = res.outputs[0];  // [my replica's tokens, hidden]
+//   // res.mesh: the mesh plan (mode, choice); res.plan == res.mesh.plan
 //
 // Collective: every rank of `mesh_group` (dp * cp ranks, replica-major)
 // must call encode_mesh with the same options, a text-only replica's ranks
@@ -84,91 +85,23 @@
 // ranks of a replica; their pixel values must be equal too.
 #pragma once
 
-#include <frameshard/mesh_plan.h>
+#include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/process_group.h>
 #include <frameshard/tower.h>
 
 #include <ATen/ATen.h>
 
-#include <chrono>
-#include <cstdint>
-#include <vector>
-
 namespace frameshard {
-
-struct MeshEncodeOptions {
-  int64_t dp = 1;
-  int64_t cp = 1;
-  /// Everything but the world, which is dp * cp.
-  PlanOptions plan;
-  /// With plan.policy.kind auto: the per-step choice's line
-  /// (MeshPlanOptions::min_gain, frameshard/mesh_plan.h).
-  double min_gain = kDefaultMeshMinGain;
-  /// With policy auto: this rank's predicted seconds of the rest of its
-  /// step (the language model's forward and backward), finite and >= 0;
-  /// each replica's slowest cp rank's becomes its other_q in the choice
-  /// (MeshPlanOptions::replica_other_seconds). 0 everywhere: the choice
-  /// weighs the vision alone. Ranks may differ.
-  double other_seconds = 0.0;
-  /// MeshPlanOptions::exchange_latency_seconds (frame_sharding.
-  /// split_exchange_latency_us * 1e-6); ranks must agree.
-  double exchange_latency_seconds = 0.0;
-  /// This replica's CP group (cp ranks, this rank at cp rank rank % cp),
-  /// or null. With it, a step whose choice is CP-only runs
-  /// frameshard::encode over it -- exactly mesh_dims [cp]'s step, the
-  /// replicas meeting in no collective after the metadata exchange (and a
-  /// failure inside one replica's encode raising on that replica's ranks,
-  /// as on the CP path). Without it, the CP-only plan runs through the
-  /// mesh's routes, whose collectives join every replica. Ranks must agree
-  /// on passing one.
-  ProcessGroupPtr cp_group;
-  /// Whether the tower has trainable parameters (has_trainable_parameters
-  /// in frameshard/tower.h): then the caller's gradient all-reduce must
-  /// span the whole mesh (see the banner). Ranks must agree on it.
-  bool tower_trainable = true;
-  /// Timeout of every collective of the call; 0: group default.
-  std::chrono::milliseconds timeout{0};
-  /// Owner-routed outputs: the cp rank (0 .. cp-1) consuming each of THIS
-  /// replica's visual tokens (e.g. visual_token_owners of its sequence).
-  /// Empty: every cp rank of the replica receives all its rows. Once one
-  /// replica passes a map, every replica with visual tokens must.
-  std::vector<int64_t> token_owner;
-  /// Encode each distinct frame unit once in the whole mesh
-  /// (frameshard/dedup.h); every rank must agree. Then unit_keys holds one
-  /// content key per frame unit of THIS replica's grid_thw (frame_keys,
-  /// frameshard/runtime/frame_keys.h; none for a text-only replica), equal
-  /// on the cp ranks of a replica.
-  bool dedup = false;
-  std::vector<UnitKey> unit_keys;
-};
-
-struct MeshEncodeResult {
-  /// One [tokens, hidden_i] tensor per tower output: this replica's visual
-  /// tokens in their original order, or with token_owner the rows this rank
-  /// owns, ascending. Empty on the replicated path for a text-only replica.
-  std::vector<at::Tensor> outputs;
-  /// With token_owner: this replica's token index of each output row.
-  std::vector<int64_t> tokens;
-  MeshPlan plan;
-  /// Payload bytes this rank sent to and received from other ranks in the
-  /// forward all-to-alls (0 on the replicated path): outputs and pixels.
-  int64_t bytes_sent = 0;
-  int64_t bytes_received = 0;
-  int64_t pixel_bytes_sent = 0;
-  int64_t pixel_bytes_received = 0;
-  /// A CP-only step over cp_group: this replica's dedup (EncodeResult).
-  FrameDedup dedup;
-};
 
 /// Collective; see the banner. `pixel_values` is this replica's
 /// [sum(t*h*w), features]; `grid_thw` its integer [media, 3] tensor (any
 /// device). Raises c10::Error "frameshard::encode_mesh: [rank r/W] ..." the
 /// same on every rank for a local failure or a disagreement.
-MeshEncodeResult encode_mesh(
+EncodeResult encode_mesh(
     const VisionTower& tower,
     const at::Tensor& pixel_values,
     const at::Tensor& grid_thw,
     const ProcessGroupPtr& mesh_group,
-    const MeshEncodeOptions& options);
+    const EncodeOptions& options);
 
 }  // namespace frameshard
