@@ -56,7 +56,7 @@ def build_layer(args: argparse.Namespace, dtype: torch.dtype) -> torch.nn.Module
 def run(rank: int, world: int, store: str, args: argparse.Namespace, out: dict) -> None:
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
-    from frameshard.hf import _cp, _cp_linear  # noqa: PLC0415
+    from frameshard.hf import _cp, _cp_layout, _cp_linear  # noqa: PLC0415
 
     group = dist.group.WORLD
     dtype = getattr(torch, args.dtype)
@@ -68,8 +68,8 @@ def run(rank: int, world: int, store: str, args: argparse.Namespace, out: dict) 
     state = _cp._State(group=group, split=args.split, timeout=120, linear=[layer])
     fwd = state.layout(seq, whole.device, torch.tensor([args.batch, seq, args.hidden]))
     pad = int(fwd.order.numel()) - seq
-    local_in = _cp._pad(whole, pad, dim=1)[:, fwd.positions]
-    local_grad = _cp._pad(grad_out, pad, dim=1)[:, fwd.positions]
+    local_in = _cp_layout.pad(whole, pad, dim=1)[:, fwd.positions]
+    local_grad = _cp_layout.pad(grad_out, pad, dim=1)[:, fwd.positions]
     variants = {"divided": _cp_linear.forward, "gathered": _cp_linear._gathered}
     result = {}
     for name, fn in variants.items():

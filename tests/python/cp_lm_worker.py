@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 import frameshard
 from frameshard import hf
-from frameshard.hf import _cp as hf_cp
+from frameshard.hf import _cp_layout as hf_layout
 from frameshard.hf import _cp_linear as hf_linear
 from frameshard.hf import _cp_owner as hf_owner
 from frameshard.hf import _family as hf_family
@@ -220,7 +220,7 @@ def tower_grid(model, grid):
 def owners_match(cp, seq):
     """Whether this rank's positions are those the C++ core's visual_token_owners assigns to it
     (one owner computation for frameshard's gather: owner and C++ decoder)."""
-    total = hf_cp.padded_length(seq, cp.cp_size, cp.split)
+    total = hf_layout.padded_length(seq, cp.cp_size, cp.split)
     owners = frameshard.visual_token_owners(list(range(total)), total, cp.cp_size, cp.split)
     mine = [p for p, o in enumerate(owners) if o == cp.rank]
     return mine == cp.positions(seq).tolist()

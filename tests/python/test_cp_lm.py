@@ -44,7 +44,7 @@ import pytest
 
 import frameshard
 from frameshard import hf
-from frameshard.hf import _cp as hf_cp
+from frameshard.hf import _cp_layout as hf_layout
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402
@@ -106,7 +106,7 @@ def test_parity(world_results, name):
             )
         )
     seq, split = first["seq_len"], "contiguous" if "contiguous_" in name else "load_balanced"
-    padded = hf_cp.padded_length(seq, world, split)
+    padded = hf_layout.padded_length(seq, world, split)
     assert sum(r["local_rows"] for r in per_rank) == padded
     assert sum(r["padding_rows"] for r in per_rank) == padded - seq
     if name.startswith(("parity_", "text_")):
@@ -174,12 +174,12 @@ def test_disagreeing_ranks(world_results):
     assert "expected every rank to pass the same whole batch" in texts[0] and len(set(texts)) == 1, texts
 
 
-@pytest.mark.parametrize("split", hf_cp.SPLITS)
+@pytest.mark.parametrize("split", hf_layout.SPLITS)
 @pytest.mark.parametrize("cp", [1, 2, 3, 4])
 def test_chunk_positions_partition(split, cp):
     for seq in (1, 7, 24, 125):
-        total = hf_cp.padded_length(seq, cp, split)
-        rows = [hf_cp.chunk_positions(seq, cp, r, split).tolist() for r in range(cp)]
+        total = hf_layout.padded_length(seq, cp, split)
+        rows = [hf_layout.chunk_positions(seq, cp, r, split).tolist() for r in range(cp)]
         assert sorted(sum(rows, [])) == list(range(total))
         assert len({len(r) for r in rows}) == 1
         if split == "load_balanced" and cp > 1:

@@ -40,6 +40,10 @@ FrameshardError on every rank). Collectives run with `timeout`, so a rank that f
 calls makes the others raise instead of hanging. Not supported (FrameshardError): a padding
 attention_mask (pass None or all ones; right-pad with labels -100), a KV cache (generation),
 sliding-window attention, output_attentions.
+
+The modules, top-down: this one installs and orchestrates; _cp_owner (the merge after the split,
+with hf.enable's gather "owner") and _cp_linear (the linear attention, divided) are its steps;
+_cp_layout (the split and one forward's layout) is what the three share and imports none of them.
 """
 
 from __future__ import annotations
@@ -51,62 +55,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import _C
 from .._C import FrameshardError
 from .._groups import Timeout, resolve
-from .._shard import all_gather_rows
-from .._unwrap import describe, unwrap_module
-from . import _compat, _family, _grad_reduction, _patches
+from . import _compat, _cp_layout, _cp_linear, _cp_owner, _family, _grad_reduction, _patches
 
-IMPLEMENTATION = "frameshard_cp"
-SPLITS = ("load_balanced", "contiguous")
+# The attention implementation's name: registered with transformers' AttentionInterface and set
+# as the text config's `_attn_implementation`.
+ATTENTION_IMPLEMENTATION = "frameshard_cp"
+# The keyword that carries the forward's layout (a `_cp_layout.Forward`) from the language
+# model's forward through the decoder layers' **kwargs down to the attention calls. Equal to
+# ATTENTION_IMPLEMENTATION by history only: neither name depends on the other.
+FORWARD_KWARG = "frameshard_cp"
 OWNER = "cp"  # the patch registry's owner of the language model's patches
-_KWARG = "frameshard_cp"  # the per-forward context, passed down to the attention calls
-LOCAL = "frameshard_cp_local"  # the owner path's rows, cut already (_cp_owner.Local)
-ROUTED = "cp_owner"  # the patch registry's owner of _cp_owner's multimodal forward (on the language model)
-# Called as hook(model, language model) by context_parallel once installed: _cp_owner registers its
-# install here (it imports this module; this module does not import it).
-INSTALL_HOOKS: list = []
-
-
-def chunk_positions(seq_len: int, cp_size: int, rank: int, split: str) -> torch.Tensor:
-    """The global positions (int64, ascending) of `rank`'s rows of a sequence padded to
-    `padded_length(seq_len, cp_size, split)`: chunks rank and 2CP-1-rank of 2CP
-    (load_balanced), or chunk rank of CP (contiguous). The C++ core's split
-    (frameshard/owner_route.h), the one the owner routing and the C++ trainer use."""
-    return torch.tensor(_C.chunk_positions(int(seq_len), int(cp_size), int(rank), split), dtype=torch.int64)
-
-
-def padded_length(seq_len: int, cp_size: int, split: str) -> int:
-    """`seq_len` rounded up to a multiple of 2 x cp_size (load_balanced) or cp_size."""
-    return int(_C.padded_length(int(seq_len), int(cp_size), split))
-
-
-@dataclasses.dataclass
-class _Forward:
-    """One forward's layout, shared by its attention calls (and their recomputation under
-    activation checkpointing: it travels in the layers' kwargs)."""
-
-    group: dist.ProcessGroup
-    timeout: Timeout
-    cp_size: int
-    positions: torch.Tensor  # this rank's global positions [local]
-    order: torch.Tensor  # the gathered rows' global positions [padded], rank-major
-    inverse: torch.Tensor  # gathered row index of each global position [padded]
-    mask: torch.Tensor  # [local, padded] bool: gathered key's position <= query position
-    calls: list  # the attention calls made (the test checks that only text layers call)
-
-    def gather(self, rows: torch.Tensor) -> torch.Tensor:
-        """[local, ...] -> [padded, ...] in rank-major order (differentiable; collective)."""
-        n = rows.shape[0]
-        flat = all_gather_rows(rows.reshape(n, -1).contiguous(), [n] * self.cp_size, self.group, timeout=self.timeout)
-        return flat.view(self.cp_size * n, *rows.shape[1:])
 
 
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """The "frameshard_cp" attention implementation: query [B, H, local, D], key and value
     [B, Hkv, local, D] -> ([B, local, H, D], None). Collective (one all-gather of K and V)."""
-    fwd: _Forward | None = kwargs.get(_KWARG)
+    fwd: _cp_layout.Forward | None = kwargs.get(FORWARD_KWARG)
     if fwd is None:
         raise FrameshardError(
             "frameshard.hf.context_parallel: expected the attention to run inside the language "
@@ -136,92 +102,25 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
 
 @dataclasses.dataclass
 class _State:
+    """The CP install on a language model (the patch registry's state under OWNER)."""
+
     group: dist.ProcessGroup
     split: str
     timeout: Timeout
     linear: list  # the patched linear-attention modules (Qwen3.5)
-    last: _Forward | None = None  # the latest forward's layout (its attention calls)
+    last: _cp_layout.Forward | None = None  # the latest forward's layout (its attention calls)
     ddp: Any = None  # a DistributedDataParallel seen running around the latest forward
 
-    def layout(self, seq_len: int, device: torch.device, agree: torch.Tensor) -> _Forward:
+    def layout(self, seq_len: int, device: torch.device, agree: torch.Tensor) -> _cp_layout.Forward:
         """This forward's layout, after checking that every rank passes the same shapes (one
         small all-gather; a disagreement raises the same error on every rank)."""
-        cp, rank = self.group.size(), self.group.rank()
-        seen = all_gather_rows(agree.view(1, -1).to(device), [1] * cp, self.group, timeout=self.timeout)
-        if not bool((seen == seen[:1]).all()):
-            raise FrameshardError(
-                "frameshard.hf.context_parallel: expected every rank to pass the same whole "
-                "batch (batch, sequence, hidden), got %s" % [tuple(int(v) for v in row) for row in seen.cpu()]
-            )
-        positions = chunk_positions(seq_len, cp, rank, self.split).to(device)
-        order = torch.cat([chunk_positions(seq_len, cp, r, self.split) for r in range(cp)]).to(device)
-        return _Forward(
-            group=self.group,
-            timeout=self.timeout,
-            cp_size=cp,
-            positions=positions,
-            order=order,
-            inverse=torch.argsort(order),
-            mask=order[None, :] <= positions[:, None],
-            calls=[],
-        )
+        return _cp_layout.forward_layout(self.group, self.split, self.timeout, seq_len, device, agree)
 
 
-def _pad(x: torch.Tensor, pad: int, dim: int, value: Any = 0) -> torch.Tensor:
-    if pad == 0:
-        return x
-    shape = list(x.shape)
-    shape[dim] = pad
-    return torch.cat([x, x.new_full(shape, value)], dim=dim)
-
-
-def local_position_ids(
-    position_ids: torch.Tensor | None, fwd: _Forward, b: int, s: int, device: torch.device
-) -> torch.Tensor:
-    """This rank's position ids ([..., B, local]) of the whole sequence's ([..., B, S]; None: text
-    only, which transformers would count from 0 on the local rows): continued over the end
-    padding (never attended: it comes last), then cut at `fwd.positions`."""
-    if position_ids is None:
-        position_ids = torch.arange(s, device=device).expand(b, s)
-    pad = int(fwd.order.numel()) - s
-    if pad:
-        step = torch.arange(1, pad + 1, device=position_ids.device)
-        position_ids = torch.cat([position_ids, position_ids[..., -1:] + step], dim=-1)
-    return position_ids[..., fwd.positions.to(position_ids.device)]
-
-
-def owner_of_positions(fwd: _Forward) -> torch.Tensor:
-    """The CP rank holding each position of the padded sequence (int64 [padded], CPU): the
-    gathered order is rank-major, each rank's rows equally many."""
-    cp, padded = fwd.cp_size, int(fwd.order.numel())
-    owners = torch.empty(padded, dtype=torch.int64)
-    owners[fwd.order.cpu()] = torch.arange(cp).repeat_interleave(padded // cp)
-    return owners
-
-
-def _refuse(attention_mask: Any, cache: Any, kwargs: dict) -> None:
-    """What the CP forward does not support, refused before any collective (the same on every
-    rank, whose inputs are the same)."""
-    is_2d = isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2
-    if attention_mask is not None and not (is_2d and bool((attention_mask == 1).all())):
-        raise FrameshardError(
-            "frameshard.hf.context_parallel: expected attention_mask None or all ones (causal "
-            "attention over the whole sequence; right-pad with labels -100 instead), got %s"
-            % ("a padding mask" if is_2d else type(attention_mask).__name__)
-        )
-    if cache is not None and cache.get_seq_length() > 0:
-        raise FrameshardError(
-            "frameshard.hf.context_parallel: expected no KV cache (training or a whole-sequence "
-            "forward), got a cache of %d tokens" % int(cache.get_seq_length())
-        )
-    if kwargs.get("output_attentions"):
-        raise FrameshardError("frameshard.hf.context_parallel: expected output_attentions unset, got True")
-
-
-def _deepstack(fwd: _Forward, pad: int, visual_pos_masks: torch.Tensor, embeds: list) -> dict:
+def _deepstack(fwd: _cp_layout.Forward, pad: int, visual_pos_masks: torch.Tensor, embeds: list) -> dict:
     """This rank's DeepStack inputs: its rows of the visual mask and, of every DeepStack
     feature, the rows of the visual tokens at its positions (in their order)."""
-    mask = _pad(visual_pos_masks.bool(), pad, dim=1, value=False)
+    mask = _cp_layout.pad(visual_pos_masks.bool(), pad, dim=1, value=False)
     index = (mask.flatten().cumsum(0) - 1).view(mask.shape)  # visual row of each position
     local = mask[:, fwd.positions]
     rows = index[:, fwd.positions][local]
@@ -245,10 +144,10 @@ def _lm_forward(
     state: _State = _patches.state(lm, OWNER)
     cache = cache if cache is not None else kwargs.pop("past_key_values", None)  # its name before 5.24
     kwargs.pop("past_key_values", None)
-    _refuse(attention_mask, cache, kwargs)
+    _cp_layout.refuse_unsupported(attention_mask, cache, kwargs)
     if inputs_embeds is None:
         inputs_embeds = lm.get_input_embeddings()(input_ids)
-    local = kwargs.pop(LOCAL, None)
+    local: _cp_layout.Local | None = kwargs.pop(_cp_layout.LOCAL, None)
     if local is not None:  # gather owner (_cp_owner): this rank's rows, merged and cut already
         fwd, embeds, extra = local.layout, inputs_embeds, local.extra
     else:
@@ -256,8 +155,8 @@ def _lm_forward(
         agree = torch.tensor([b, s, h], dtype=torch.int64)
         fwd = state.layout(s, inputs_embeds.device, agree)
         pad = int(fwd.order.numel()) - s
-        embeds = _pad(inputs_embeds, pad, dim=1)[:, fwd.positions]
-        position_ids = local_position_ids(position_ids, fwd, b, s, inputs_embeds.device)
+        embeds = _cp_layout.pad(inputs_embeds, pad, dim=1)[:, fwd.positions]
+        position_ids = _cp_layout.local_position_ids(position_ids, fwd, b, s, inputs_embeds.device)
         extra = {}
         if deepstack_visual_embeds is not None:
             extra = _deepstack(fwd, pad, visual_pos_masks, deepstack_visual_embeds)
@@ -270,7 +169,7 @@ def _lm_forward(
         **{_compat.cache_name(type(lm).forward, ("cache", "past_key_values")): None},
         **extra,
         **kwargs,
-        **{_KWARG: fwd},
+        **{FORWARD_KWARG: fwd},
     )
     state.last = fwd
     state.ddp = _grad_reduction.active_ddp(lm)
@@ -281,31 +180,13 @@ def _linear_forward(module: torch.nn.Module, hidden_states: torch.Tensor, *args:
     """A linear-attention layer's forward under CP (Qwen3.5's gated delta net, a recurrence over
     the sequence): run on this rank's rows only, the conv halos and the recurrence's segment
     states exchanged (_cp_linear)."""
-    fwd: _Forward | None = kwargs.pop(_KWARG, None)
+    fwd: _cp_layout.Forward | None = kwargs.pop(FORWARD_KWARG, None)
     if fwd is None:
         raise FrameshardError(
             "frameshard.hf.context_parallel: expected the linear attention to run inside the "
             "language model's context-parallel forward, got a call without it"
         )
-    from . import _cp_linear  # noqa: PLC0415  (it imports this module)
-
     return _cp_linear.forward(module, fwd, hidden_states, *args, **kwargs)
-
-
-def find_language_model(model: Any, fn: str = "context_parallel") -> torch.nn.Module:
-    """The transformers language model (`...TextModel`) of `model` (a ...ForConditionalGeneration,
-    its `.model`, or the language model; training wrappers seen through as hf.enable does);
-    FrameshardError otherwise."""
-    root = unwrap_module(model)
-    inner = getattr(root, "model", None)
-    for c in (root, getattr(root, "language_model", None), getattr(inner, "language_model", None)):
-        c = unwrap_module(c) if c is not None else None
-        if c is not None and _family.of_text(c) is not None:
-            return c
-    raise FrameshardError(
-        "frameshard.hf.%s: expected a transformers model of a family with context parallelism or "
-        "its language model (a subclass of %s), got %s" % (fn, ", ".join(_family.class_names("text")), describe(model))
-    )
 
 
 class ContextParallel:
@@ -329,14 +210,14 @@ class ContextParallel:
     def positions(self, seq_len: int) -> torch.Tensor:
         """Global positions of this rank's rows (logits, hidden states) of a sequence of
         `seq_len`; those >= seq_len are end padding."""
-        return chunk_positions(seq_len, self.cp_size, self.rank, self.split)
+        return _cp_layout.chunk_positions(seq_len, self.cp_size, self.rank, self.split)
 
     def shard(self, tensor: torch.Tensor, fill: Any = 0) -> torch.Tensor:
         """This rank's part of a whole-sequence tensor (the sequence on its last dimension),
         end-padded with `fill` as the model pads its input."""
         s = tensor.shape[-1]
-        pad = padded_length(s, self.cp_size, self.split) - s
-        return _pad(tensor, pad, dim=tensor.dim() - 1, value=fill)[..., self.positions(s).to(tensor.device)]
+        pad = _cp_layout.padded_length(s, self.cp_size, self.split) - s
+        return _cp_layout.pad(tensor, pad, dim=tensor.dim() - 1, value=fill)[..., self.positions(s).to(tensor.device)]
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
         """This rank's share of the next-token loss, times `grad_scale`: labels [B, S] (the whole
@@ -409,11 +290,11 @@ def context_parallel(
             "frameshard.hf.context_parallel: grad_reduction: expected one of %s, got %r"
             % (", ".join(_grad_reduction.MODES), grad_reduction)
         )
-    if split not in SPLITS:
+    if split not in _cp_layout.SPLITS:
         raise FrameshardError(
             "frameshard.hf.context_parallel: expected split 'load_balanced' or 'contiguous', got %r" % (split,)
         )
-    lm = find_language_model(model)
+    lm = _cp_layout.find_language_model(model)
     pg, _ = resolve(group, "hf.context_parallel")
     config = lm.config
     layer_types = getattr(config, "layer_types", None) or []
@@ -424,25 +305,27 @@ def context_parallel(
         )
     from transformers import AttentionInterface  # noqa: PLC0415  (transformers is optional)
 
-    AttentionInterface.register(IMPLEMENTATION, _attention)
+    AttentionInterface.register(ATTENTION_IMPLEMENTATION, _attention)
     linear_classes = _family.of_text(lm).linear_attention
     linear = [m for m in lm.modules() if any(c.__name__ in linear_classes for c in type(m).__mro__)]
     state = _State(group=pg, split=split, timeout=timeout, linear=linear)
-    patches = [(config, "_attn_implementation", IMPLEMENTATION), (lm, "forward", types.MethodType(_lm_forward, lm))]
+    patches = [
+        (config, "_attn_implementation", ATTENTION_IMPLEMENTATION),
+        (lm, "forward", types.MethodType(_lm_forward, lm)),
+    ]
     patches += [(m, "forward", types.MethodType(_linear_forward, m)) for m in linear]
     _patches.install(lm, OWNER, state, patches)
-    for hook in INSTALL_HOOKS:  # gather owner (_cp_owner): the merge after the split, decided per forward
-        hook(model, lm)
+    _cp_owner.install(model, lm, state)  # gather owner: the merge after the split, decided per forward
     return ContextParallel(model, lm, state, grad_reduction)
 
 
 def remove(model: Any) -> bool:
     """Uninstalls context_parallel from the model's language model; False if it was not there."""
-    lm = find_language_model(model, fn="remove")
-    _patches.remove(lm, ROUTED)  # _cp_owner's patch of the multimodal model's forward
+    lm = _cp_layout.find_language_model(model, fn="remove")
+    _cp_owner.remove(lm)  # its patch of the multimodal model's forward
     return _patches.remove(lm, OWNER)
 
 
 def is_installed(model: Any) -> bool:
     """Whether context_parallel is installed on the model's language model."""
-    return _patches.state(find_language_model(model, fn="is_installed"), OWNER) is not None
+    return _patches.state(_cp_layout.find_language_model(model, fn="is_installed"), OWNER) is not None

@@ -1,5 +1,6 @@
 """Qwen3.5's linear attention (transformers' GatedDeltaNet) under context parallelism, divided:
-each rank runs the layer on its own rows only (`_cp._linear_forward` calls `forward`).
+each rank runs the layer on its own rows only (`_cp._linear_forward` calls `forward`; the
+layout is `_cp_layout.Forward`).
 
 The layer is per position except two steps over the sequence, which are exchanged exactly:
 
@@ -46,6 +47,7 @@ from torch.nn.functional import softplus
 from .._C import FrameshardError
 from .._shard import all_gather_rows
 from . import _compat
+from ._cp_layout import Forward
 
 _ATTRS = (
     "in_proj_qkv",
@@ -79,9 +81,11 @@ class _Plan:
     tail_counts: list  # conv-input rows each rank sends (the halos' all-gather)
     tail_local: torch.Tensor  # this rank's local rows it sends
     halo: torch.Tensor  # [own segments, K-1] gathered tail row of each halo position (last: zeros)
+    halo_len: int  # K-1: the conv inputs each segment needs before it
 
 
-def _plan(fwd: Any, kernel: int) -> _Plan:
+def _plan(fwd: Forward, kernel: int) -> _Plan:
+    """The segments of `fwd` for a conv of `kernel` (cached on `fwd`, per kernel size)."""
     plans = vars(fwd).setdefault(_PLANS, {})
     if kernel in plans:
         return plans[kernel]
@@ -128,18 +132,20 @@ def _plan(fwd: Any, kernel: int) -> _Plan:
         tail_counts=tail_counts,
         tail_local=torch.tensor(tail_local, dtype=torch.int64, device=device),
         halo=torch.tensor(halo, dtype=torch.int64, device=device).view(len(own), halo_len),
+        halo_len=halo_len,
     )
     plans[kernel] = plan
     return plan
 
 
-def processed(fwd: Any) -> list:
+def processed(fwd: Forward | None) -> list:
     """The rows the recurrence of each linear-attention call of the forward `fwd` ran on, per
     sequence (this rank's rows when divided; the padded length on the gathered path)."""
     return list(vars(fwd).get(_RECORD, [])) if fwd is not None else []
 
 
-def _record(fwd: Any, rows: int) -> None:
+def _record(fwd: Forward, rows: int) -> None:
+    """Records that a call's recurrence ran on `rows` rows (`processed`)."""
     vars(fwd).setdefault(_RECORD, []).append(int(rows))
 
 
@@ -157,7 +163,7 @@ def _functions(module: torch.nn.Module) -> tuple[Any, Any, Any] | None:
     return rule, conv_forward, conv_fn
 
 
-def forward(module: torch.nn.Module, fwd: Any, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+def forward(module: torch.nn.Module, fwd: Forward, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     """The layer's forward on this rank's rows (hidden_states [B, local, hidden]) -> [B, local,
     hidden]. Collective (two all-gathers per call, none on a single rank). The KV cache and the
     attention mask are ignored (the CP forward refused them)."""
@@ -173,7 +179,7 @@ def forward(module: torch.nn.Module, fwd: Any, hidden_states: torch.Tensor, *arg
     return _divided(module, fwd, hidden_states, functions)
 
 
-def _gathered(module: torch.nn.Module, fwd: Any, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+def _gathered(module: torch.nn.Module, fwd: Forward, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     """All-gather the input, run the layer on the whole sequence, keep this rank's rows."""
     for name in ("cache", "cache_params"):  # the KV cache's name since 5.24, and before
         kwargs.pop(name, None)
@@ -197,80 +203,147 @@ def _rows(t: torch.Tensor, plan: _Plan, members: list, length: int) -> torch.Ten
     return torch.stack([t[:, plan.own[i][1] : plan.own[i][1] + length] for i in members])
 
 
-def _divided(module: torch.nn.Module, fwd: Any, hidden_states: torch.Tensor, functions: tuple) -> torch.Tensor:
-    rule = functions[0]
+def _divided(module: torch.nn.Module, fwd: Forward, hidden_states: torch.Tensor, functions: tuple) -> torch.Tensor:
+    """The layer on this rank's rows (see the module): per position as the layer; the conv over
+    [halo; segment] and one call of the rule per group of equal-length segments; the states
+    entering the segments from every rank's summaries; per position again. Collective (two
+    all-gathers, the first none for a kernel of 1)."""
     batch, n, _ = hidden_states.shape
-    dk, dv, hk, hv = module.head_k_dim, module.head_v_dim, module.num_k_heads, module.num_v_heads
-    kernel = int(module.conv1d.weight.shape[-1])
-    plan = _plan(fwd, kernel)
-    dtype = hidden_states.dtype
-    work = torch.promote_types(dtype, torch.float32)  # the rule's inputs (it computes in float32)
+    dv = module.head_v_dim
+    plan = _plan(fwd, int(module.conv1d.weight.shape[-1]))
+    work = torch.promote_types(hidden_states.dtype, torch.float32)  # the rule's inputs (it computes in float32)
+    mixed, z, beta, g = _projections(module, hidden_states)
+    halos = _halos(fwd, plan, mixed)
+    zero_out, query_out, summaries = _run_segments(module, functions, plan, (mixed, halos, beta, g), work)
+    _record(fwd, sum(length for _, _, length in plan.own))
+    entering, every = _entering_states(fwd, plan, summaries)
+    core = _outputs(plan, zero_out, query_out, entering, every).to(hidden_states.dtype)  # [B, n, H, dv]
 
-    # Per position, as the layer: the projections, beta and the decay g.
-    mixed = module.in_proj_qkv(hidden_states)  # [B, n, C]: the conv's input
-    z = module.in_proj_z(hidden_states).reshape(batch, n, -1, dv)
+    # Per position again, as the layer: the gated norm and the output projection.
+    core = module.norm(core.reshape(-1, dv), z.reshape(-1, dv)).reshape(batch, n, -1)
+    return module.out_proj(core)
+
+
+def _projections(module: torch.nn.Module, hidden_states: torch.Tensor) -> tuple:
+    """Per position, as the layer: (the conv's input `mixed` [B, n, C], the gate z [B, n, Hv,
+    dv], beta [B, n, Hv], the decay g [B, n, Hv], float32)."""
+    batch, n, _ = hidden_states.shape
+    mixed = module.in_proj_qkv(hidden_states)
+    z = module.in_proj_z(hidden_states).reshape(batch, n, -1, module.head_v_dim)
     beta = module.in_proj_b(hidden_states).sigmoid()
     a = module.in_proj_a(hidden_states)
     g = -module.A_log.float().exp() * softplus(a.float() + module.dt_bias)  # the layer's expression
+    return mixed, z, beta, g
 
-    # The conv halos: the last K-1 conv inputs before each segment, from the ranks holding them.
-    channels = mixed.shape[-1]
-    halo_len = kernel - 1
-    if halo_len > 0:
-        tails = mixed[:, plan.tail_local].transpose(0, 1).reshape(plan.tail_local.numel(), -1)
-        rows = all_gather_rows(tails.contiguous(), plan.tail_counts, fwd.group, timeout=fwd.timeout)
-        rows = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])  # the zeros before position 0
-        halos = rows[plan.halo.reshape(-1)].view(len(plan.own), halo_len, batch, channels)
 
-    # Each group of equal-length segments in one batch: the conv, then one call of the rule with
-    # values [v | 0] and initial state [0 | I] -> outputs [O(0) | Q], final state [F | A].
+def _halos(fwd: Forward, plan: _Plan, mixed: torch.Tensor) -> torch.Tensor | None:
+    """The conv halos: the K-1 conv inputs before each of this rank's segments, from the ranks
+    holding them (one all-gather; zeros before position 0) -> [own segments, K-1, B, C]; None
+    for a kernel of 1."""
+    if plan.halo_len == 0:
+        return None
+    batch, _, channels = mixed.shape
+    tails = mixed[:, plan.tail_local].transpose(0, 1).reshape(plan.tail_local.numel(), -1)
+    rows = all_gather_rows(tails.contiguous(), plan.tail_counts, fwd.group, timeout=fwd.timeout)
+    rows = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])  # the zeros before position 0
+    return rows[plan.halo.reshape(-1)].view(len(plan.own), plan.halo_len, batch, channels)
+
+
+def _run_segments(
+    module: torch.nn.Module, functions: tuple, plan: _Plan, inputs: tuple, work: torch.dtype
+) -> tuple[list, list, list]:
+    """This rank's segments through the conv and the rule, each group of equal-length segments
+    in one batch; `inputs` = (mixed, halos, beta, g). -> per own segment (local order): its
+    outputs from a zero state O(0) [B, L, Hv, dv], Q [B, L, Hv, dk] and its summary [F | A]
+    [B, Hv, dk, dv + dk]."""
+    mixed, halos, beta, g = inputs
+    dv = module.head_v_dim
     groups: dict = {}
     for i, (_, _, length) in enumerate(plan.own):
         groups.setdefault(length, []).append(i)
-    zero_out, query_out, summaries = [None] * len(plan.own), [None] * len(plan.own), [None] * len(plan.own)
+    count = len(plan.own)
+    zero_out, query_out, summaries = [None] * count, [None] * count, [None] * count
     for length, members in groups.items():
-        m = len(members)
-        x = _rows(mixed, plan, members, length)  # [m, B, L, C]
-        if halo_len > 0:
-            x = torch.cat([halos[members].permute(0, 2, 1, 3), x], dim=2)
-        x = x.reshape(m * batch, -1, channels).transpose(1, 2)
-        x = _conv(module, functions, x)[:, :, halo_len:].transpose(1, 2)  # [m B, L, C]
-        q, k, v = torch.split(x, [module.key_dim, module.key_dim, module.value_dim], dim=-1)
-        q = q.reshape(m * batch, length, -1, dk).to(work)
-        k = k.reshape(m * batch, length, -1, dk).to(work)
-        v = v.reshape(m * batch, length, -1, dv).to(work)
-        if hv // hk > 1:  # grouped value heads (the rule of 5.24+ repeats them itself, 5.17's layer before it)
-            q, k = q.repeat_interleave(hv // hk, dim=2), k.repeat_interleave(hv // hk, dim=2)
-        values = torch.cat([v, v.new_zeros(*v.shape[:-1], dk)], dim=-1)
-        state = torch.zeros(m * batch, hv, dk, dv + dk, dtype=torch.float32, device=v.device)
-        state[..., dv:] = torch.eye(dk, dtype=torch.float32, device=v.device)
-
-        out, final = rule(
-            q,
-            k,
-            values,
-            g=_rows(g, plan, members, length).flatten(0, 1),
-            beta=_rows(beta, plan, members, length).flatten(0, 1).to(work),
-            initial_state=state,
-            output_final_state=True,
-            use_qk_l2norm_in_kernel=True,
-        )
-        out = out.view(m, batch, length, hv, dv + dk)
-        final = final.view(m, batch, hv, dk, dv + dk)
+        x = _conv_segments(module, functions, plan, mixed, halos, members, length)
+        g_rows = _rows(g, plan, members, length).flatten(0, 1)
+        beta_rows = _rows(beta, plan, members, length).flatten(0, 1).to(work)
+        out, final = _rule_segments(module, functions[0], x, g_rows, beta_rows, work)
+        out, final = out.unflatten(0, (len(members), -1)), final.unflatten(0, (len(members), -1))
         for slot, i in enumerate(members):
             zero_out[i], query_out[i], summaries[i] = out[slot, ..., :dv], out[slot, ..., dv:], final[slot]
-    _record(fwd, sum(length for _, _, length in plan.own))
+    return zero_out, query_out, summaries
 
-    # The states entering the segments: all-gather every segment's [F | A], scan in position order.
+
+def _conv_segments(
+    module: torch.nn.Module,
+    functions: tuple,
+    plan: _Plan,
+    mixed: torch.Tensor,
+    halos: torch.Tensor | None,
+    members: list,
+    length: int,
+) -> torch.Tensor:
+    """The layer's causal conv (and activation) of the segments `members` (each `length` long)
+    run on [halo; segment], the segments' rows kept -> [m B, L, C]."""
+    m, batch, channels = len(members), mixed.shape[0], mixed.shape[-1]
+    x = _rows(mixed, plan, members, length)  # [m, B, L, C]
+    if halos is not None:
+        x = torch.cat([halos[members].permute(0, 2, 1, 3), x], dim=2)
+    x = x.reshape(m * batch, -1, channels).transpose(1, 2)
+    return _conv(module, functions, x)[:, :, plan.halo_len :].transpose(1, 2)
+
+
+def _rule_segments(
+    module: torch.nn.Module, rule: Any, x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, work: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One call of the layer's rule on the conv outputs x [m B, L, C] of m segments (g and beta
+    [m B, L, Hv]), q, k, v in the working dtype `work`: values [v | 0] and initial state [0 | I]
+    -> outputs [O(0) | Q] [m B, L, Hv, dv + dk] and final states [F | A] [m B, Hv, dk, dv + dk]."""
+    dk, dv, hk, hv = module.head_k_dim, module.head_v_dim, module.num_k_heads, module.num_v_heads
+    rows, length, _ = x.shape
+    q, k, v = torch.split(x, [module.key_dim, module.key_dim, module.value_dim], dim=-1)
+    q = q.reshape(rows, length, -1, dk).to(work)
+    k = k.reshape(rows, length, -1, dk).to(work)
+    v = v.reshape(rows, length, -1, dv).to(work)
+    if hv // hk > 1:  # grouped value heads (the rule of 5.24+ repeats them itself, 5.17's layer before it)
+        q, k = q.repeat_interleave(hv // hk, dim=2), k.repeat_interleave(hv // hk, dim=2)
+    values = torch.cat([v, v.new_zeros(*v.shape[:-1], dk)], dim=-1)
+    state = torch.zeros(rows, hv, dk, dv + dk, dtype=torch.float32, device=v.device)
+    state[..., dv:] = torch.eye(dk, dtype=torch.float32, device=v.device)
+    out, final = rule(
+        q,
+        k,
+        values,
+        g=g,
+        beta=beta,
+        initial_state=state,
+        output_final_state=True,
+        use_qk_l2norm_in_kernel=True,
+    )
+    return out, final
+
+
+def _entering_states(fwd: Forward, plan: _Plan, summaries: list) -> tuple[list, torch.Tensor]:
+    """The state entering each segment, in position order (None: the zero state at position 0):
+    every rank's summaries [F | A] all-gathered (one all-gather) and scanned, S_j = A_{j-1}
+    S_{j-1} + F_{j-1} -> (the states, the gathered summaries)."""
+    batch, hv, dk, width = summaries[0].shape
+    dv = width - dk
     mine = torch.stack([s.reshape(-1) for s in summaries])  # every rank holds >= 1 segment
     every = all_gather_rows(mine.contiguous(), plan.seg_counts, fwd.group, timeout=fwd.timeout)
-    every = every.view(-1, batch, hv, dk, dv + dk)
+    every = every.view(-1, batch, hv, dk, width)
     last = max(j for j, _, _ in plan.own)
     entering, s = [], None
     for j in range(last + 1):
         entering.append(s)
         step = every[plan.order[j]]
         s = step[..., :dv] if s is None else step[..., dv:] @ s + step[..., :dv]
+    return entering, every
+
+
+def _outputs(plan: _Plan, zero_out: list, query_out: list, entering: list, every: torch.Tensor) -> torch.Tensor:
+    """Each of this rank's segments' outputs O(0) + Q @ S (S: the state entering it), its rows
+    in local order -> [B, n, Hv, dv] (in the working dtype)."""
     core = []
     for i, (j, _, _) in enumerate(plan.own):
         o = zero_out[i]
@@ -281,8 +354,4 @@ def _divided(module: torch.nn.Module, fwd: Any, hidden_states: torch.Tensor, fun
             # only this segment (contiguous rank 0), which uses no gathered state.
             o = o + every[:0].sum().to(o.dtype)
         core.append(o)
-    core = torch.cat(core, dim=1).to(dtype)  # [B, n, H, dv], this rank's rows in local order
-
-    # Per position again, as the layer: the gated norm and the output projection.
-    core = module.norm(core.reshape(-1, dv), z.reshape(-1, dv)).reshape(batch, n, -1)
-    return module.out_proj(core)
+    return torch.cat(core, dim=1)

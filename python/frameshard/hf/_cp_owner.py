@@ -14,7 +14,7 @@ The owner path, on every rank of the CP group (every rank passes the whole batch
 
 1. the multimodal rotary position ids (mRoPE) of the WHOLE sequence, from input_ids, the grids
    and mm_token_type_ids (transformers' compute_3d_position_ids: no pixels needed);
-2. the split: this rank's positions (`_cp.chunk_positions`, end padding), one agreement
+2. the split: this rank's positions (`_cp_layout.chunk_positions`, end padding), one agreement
    exchange; input_ids, the placeholder masks and the position ids are cut there;
 3. the token embedding of this rank's tokens only (the padding rows are zeros, as without
    owner routing);
@@ -47,20 +47,11 @@ import torch.distributed as dist
 
 from .._C import FrameshardError
 from .._unwrap import unwrap_module
-from . import _cp, _patches, _vision
+from . import _cp_layout, _patches, _vision
 
-OWNER = _cp.ROUTED  # the patch registry's owner (recorded on the language model)
+OWNER = "cp_owner"  # the patch registry's owner (recorded on the language model)
 GATHER_FIELD = "distributed.multimodal.vision.frame_sharding.gather"
 MESH_FIELD = "distributed.multimodal.vision.frame_sharding.mesh_dims"
-
-
-@dataclasses.dataclass
-class Local:
-    """What the owner path hands the language model's CP forward: the layout and the extra
-    inputs (DeepStack) already cut to this rank's rows."""
-
-    layout: Any  # _cp._Forward
-    extra: dict
 
 
 @dataclasses.dataclass
@@ -75,8 +66,11 @@ class Stats:
 
 @dataclasses.dataclass
 class State:
+    """The owner path's install (the patch registry's state under OWNER, on the language model)."""
+
     multimodal: torch.nn.Module
     language_model: torch.nn.Module
+    cp: Any  # _cp._State: the CP install (group, split; `layout` per forward)
     last: Stats | None = None  # None until an owner-path forward ran
 
 
@@ -93,26 +87,24 @@ def multimodal_model(model: Any, lm: torch.nn.Module) -> torch.nn.Module | None:
     return None
 
 
-def install(model: Any, lm: torch.nn.Module) -> None:
-    """Called by context_parallel: installs owner_forward on the multimodal model of `model`
-    (nothing when there is none)."""
+def install(model: Any, lm: torch.nn.Module, cp_state: Any) -> None:
+    """Called by context_parallel once it installed `cp_state` (a _cp._State) on `lm`: installs
+    owner_forward on the multimodal model of `model` (nothing when there is none)."""
     mm = multimodal_model(model, lm)
     if mm is None:
         _patches.remove(lm, OWNER)
         return
-    _patches.install(lm, OWNER, State(mm, lm), [(mm, "forward", types.MethodType(owner_forward, mm))])
+    _patches.install(lm, OWNER, State(mm, lm, cp_state), [(mm, "forward", types.MethodType(owner_forward, mm))])
 
 
 def remove(lm: torch.nn.Module) -> bool:
+    """Undoes `install` (called by context_parallel's remove); False if it was not installed."""
     return _patches.remove(lm, OWNER)
-
-
-_cp.INSTALL_HOOKS.append(install)
 
 
 def last_stats(model: Any) -> Stats | None:
     """The latest owner-path forward's Stats on this rank (None: none ran)."""
-    state = _patches.state(_cp.find_language_model(model, fn="last_stats"), OWNER)
+    state = _patches.state(_cp_layout.find_language_model(model, fn="last_stats"), OWNER)
     return state.last if state is not None else None
 
 
@@ -197,6 +189,11 @@ def _placeholder_masks(mm: torch.nn.Module, input_ids: torch.Tensor, width: torc
     return {"image": image[..., 0].to(input_ids.device), "video": video[..., 0].to(input_ids.device)}
 
 
+def _bytes(t: torch.Tensor) -> int:
+    """The bytes of t's elements (Stats)."""
+    return int(t.numel()) * t.element_size()
+
+
 def _local_rows(
     mm: torch.nn.Module,
     pixels: torch.Tensor,
@@ -215,22 +212,42 @@ def _local_rows(
     out = visual(pixels.type(unwrap_module(visual).dtype), grid_thw=grid, **{_vision.TOKEN_OWNER: owners})
     rows = [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
     stats.visual_rows += int(rows[0].shape[0])
-    stats.visual_bytes += sum(int(r.numel()) * r.element_size() for r in rows)
+    stats.visual_bytes += sum(_bytes(r) for r in rows)
     return rows
 
 
 def owner_forward(mm: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     """The multimodal model's forward while context_parallel is installed (see the module)."""
-    cls_forward = type(mm).forward
     vstate = _vision_state(mm)
     if vstate is None or vstate.config.gather != "owner":
-        return cls_forward(mm, *args, **kwargs)
+        return type(mm).forward(mm, *args, **kwargs)
     lm = unwrap_module(mm.language_model)
     state: State = _patches.state(lm, OWNER)
-    cp_state = _patches.state(lm, _cp.OWNER)
     named, extra = _bind(mm, args, kwargs)
-    input_ids = named.get("input_ids")
-    if input_ids is None or named.get("inputs_embeds") is not None:
+    _refuse(named, extra, vstate, state.cp)
+
+    embed = mm.get_input_embeddings()
+    width = embed.weight.new_zeros(())
+    input_ids = named["input_ids"]
+    b, s = input_ids.shape
+    whole_ids = _whole_positions(mm, named, input_ids, width)  # before any collective
+    agree = torch.tensor([b, s, int(embed.weight.shape[-1])], dtype=torch.int64)
+    fwd = state.cp.layout(s, embed.weight.device, agree)
+    embeds = _local_embeds(embed, input_ids, fwd)
+    stats = Stats(embeds_rows=int(embeds.shape[0] * embeds.shape[1]), embeds_bytes=_bytes(embeds))
+    embeds, masks, deepstack = _merge_visual(mm, named, width, fwd, embeds, stats)
+    position_ids = _cp_layout.local_position_ids(whole_ids, fwd, b, s, input_ids.device)
+
+    state.last = stats
+    extra[_cp_layout.LOCAL] = _cp_layout.Local(fwd, _deepstack(lm, masks, deepstack))
+    return type(mm).forward(mm, **_local_call(named, embeds, position_ids), **extra)
+
+
+def _refuse(named: dict, extra: dict, vstate: Any, cp_state: Any) -> None:
+    """What the owner path does not support, refused on every rank before any collective: no
+    input_ids, inputs_embeds, precomputed mm_encoder_outputs, what the CP forward refuses, a CP
+    group other than hf.enable's (`_check`)."""
+    if named.get("input_ids") is None or named.get("inputs_embeds") is not None:
         raise FrameshardError(
             "frameshard.hf.context_parallel: expected input_ids and no inputs_embeds with %s 'owner' "
             "(the placeholders tell each rank its visual rows), got %s"
@@ -242,26 +259,29 @@ def owner_forward(mm: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             "vision rows are routed by the sharded vision module), got precomputed outputs" % GATHER_FIELD
         )
     cache = named.get("cache", named.get("past_key_values"))
-    _cp._refuse(named.get("attention_mask"), cache, extra)
+    _cp_layout.refuse_unsupported(named.get("attention_mask"), cache, extra)
     _check(vstate, cp_state)
 
-    embed = mm.get_input_embeddings()
-    width = embed.weight.new_zeros(())
-    b, s = input_ids.shape
-    whole_ids = _whole_positions(mm, named, input_ids, width)  # before any collective
-    agree = torch.tensor([b, s, int(embed.weight.shape[-1])], dtype=torch.int64)
-    fwd = cp_state.layout(s, embed.weight.device, agree)
-    positions, pad = fwd.positions, int(fwd.order.numel()) - s
 
-    # The split: this rank's token ids (padding -1), embedded alone; padding rows are zeros.
-    ids = _cp._pad(input_ids, pad, dim=1, value=-1)[:, positions.to(input_ids.device)]
+def _local_embeds(embed: torch.nn.Module, input_ids: torch.Tensor, fwd: _cp_layout.Forward) -> torch.Tensor:
+    """The split: this rank's token ids (padding -1) embedded alone -> [B, local, hidden]; the
+    padding rows are zeros (as without owner routing)."""
+    pad = int(fwd.order.numel()) - input_ids.shape[1]
+    ids = _cp_layout.pad(input_ids, pad, dim=1, value=-1)[:, fwd.positions.to(input_ids.device)]
     valid = (ids >= 0).unsqueeze(-1)
     embeds = embed(ids.clamp(min=0))
-    embeds = torch.where(valid.to(embeds.device), embeds, torch.zeros((), dtype=embeds.dtype, device=embeds.device))
+    return torch.where(valid.to(embeds.device), embeds, torch.zeros((), dtype=embeds.dtype, device=embeds.device))
 
-    owner_of = _cp.owner_of_positions(fwd)  # the rank whose chunks hold each position
-    stats = Stats(embeds_rows=int(embeds.shape[0] * embeds.shape[1]))
-    stats.embeds_bytes = int(embeds.numel()) * embeds.element_size()
+
+def _merge_visual(
+    mm: torch.nn.Module, named: dict, width: torch.Tensor, fwd: _cp_layout.Forward, embeds: torch.Tensor, stats: Stats
+) -> tuple[torch.Tensor, dict, dict]:
+    """The vision module's rows of this rank's image and video tokens (one owner-routed call per
+    modality passed), merged into `embeds` as transformers merges them (masked_scatter) ->
+    (embeds, {modality: this rank's placeholder mask}, {modality: its DeepStack rows})."""
+    input_ids = named["input_ids"]
+    pad = int(fwd.order.numel()) - input_ids.shape[1]
+    owner_of = _cp_layout.owner_of_positions(fwd)  # the rank whose chunks hold each position
     placeholders = _placeholder_masks(mm, input_ids, width)
     masks, deepstack = {}, {}
     for modality, pixels_key, grid_key in (
@@ -273,7 +293,7 @@ def owner_forward(mm: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             continue
         whole = placeholders[modality]
         rows = _local_rows(mm, pixels, named.get(grid_key), whole, owner_of, modality, stats)
-        local = _cp._pad(whole, pad, dim=1, value=False)[:, positions.to(whole.device)].to(embeds.device)
+        local = _cp_layout.pad(whole, pad, dim=1, value=False)[:, fwd.positions.to(whole.device)].to(embeds.device)
         if int(local.sum()) != int(rows[0].shape[0]):
             raise FrameshardError(
                 "frameshard.hf.context_parallel: expected %d %s rows for this rank's %s tokens, got %d"
@@ -284,17 +304,18 @@ def owner_forward(mm: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         masks[modality] = local
         if len(rows) > 1:
             deepstack[modality] = rows[1:]
+    return embeds, masks, deepstack
 
-    position_ids = _cp.local_position_ids(whole_ids, fwd, b, s, input_ids.device)
 
-    state.last = stats
+def _local_call(named: dict, embeds: torch.Tensor, position_ids: torch.Tensor) -> dict:
+    """The class forward's named arguments on this rank's rows: the merged embeddings and the
+    local position ids, no input_ids, pixels, grids or attention mask."""
     call = dict(named)
     for key in ("pixel_values", "pixel_values_videos", "image_grid_thw", "video_grid_thw", "mm_token_type_ids"):
         if key in call:
             call[key] = None
     call.update(input_ids=None, inputs_embeds=embeds, position_ids=position_ids, attention_mask=None)
-    extra[_cp.LOCAL] = Local(fwd, _deepstack(lm, masks, deepstack))
-    return cls_forward(mm, **call, **extra)
+    return call
 
 
 def _deepstack(lm: torch.nn.Module, masks: dict, deepstack: dict) -> dict:
