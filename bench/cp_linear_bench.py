@@ -56,6 +56,7 @@ def build_layer(args: argparse.Namespace, dtype: torch.dtype) -> torch.nn.Module
 def run(rank: int, world: int, store: str, args: argparse.Namespace, out: dict) -> None:
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
+    import frameshard  # noqa: PLC0415
     from frameshard.hf import _cp, _cp_layout, _cp_linear  # noqa: PLC0415
 
     group = dist.group.WORLD
@@ -123,7 +124,7 @@ def run(rank: int, world: int, store: str, args: argparse.Namespace, out: dict) 
             for n, q in ref.named_parameters()
         )
     out[rank] = report
-    dist.destroy_process_group()
+    frameshard.shut_down()
 
 
 def worker(rank: int, world: int, store: str, args: argparse.Namespace, queue) -> None:

@@ -114,7 +114,7 @@ def main():
             hf.enable(model, config=frameshard.FrameShardingConfig(enabled=True, dedup=dedup))
             seconds[dedup] = timed(tower_step(model, pixels, grid), a.repeats)
             hf.disable(model)
-        dist.destroy_process_group()
+        frameshard.shut_down()
     t_all, t_dedup = seconds[False], seconds[True]
     report["grpo"] = {
         "distinct": a.distinct,

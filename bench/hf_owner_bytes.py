@@ -118,7 +118,7 @@ def _rank(rank: int, world: int, store: str, out: str, args) -> None:
             results["%s/%s" % (preset, gather)] = rows
     with open(os.path.join(out, "rank%d.json" % rank), "w") as f:
         json.dump(results, f)
-    dist.destroy_process_group()
+    frameshard.shut_down()
 
 
 def main() -> int:

@@ -192,7 +192,7 @@ def worker(args):
     if args.rank == 0:
         with open(args.out, "w") as f:
             json.dump(gathered, f)
-    dist.destroy_process_group()
+    frameshard.shut_down()
 
 
 def summarize(args, per_rank):

@@ -173,7 +173,9 @@ def main() -> None:
     )
     frameshard.hf.disable(model)
     loss_diff = cp_training_loop(rank, world)
-    dist.destroy_process_group()
+    # The clean exit of a torch.distributed job (a barrier, then destroy_process_group; pass
+    # peers_alive=False after an error, where a peer may never reach the barrier).
+    frameshard.shut_down()
     # Only the summation order differs: float32 rounding.
     if diff > 1e-4:
         raise SystemExit("rank %d: sharded gradients differ from the unsharded step by %.2e" % (rank, diff))

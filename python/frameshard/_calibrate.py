@@ -142,6 +142,44 @@ def calibrate(
         device, dtype: of the random pixel rows (default: the module's first parameter's).
     """
     check_clock(clock, "calibrate")
+    run, features, merge, param = _tower_call(tower, features, spatial_merge_size)
+    device = (
+        torch.device(device) if device is not None else (param.device if param is not None else torch.device("cpu"))
+    )
+    dtype = dtype if dtype is not None else (param.dtype if param is not None else torch.float32)
+    use, timer = clock_timer(clock, device)
+    timed = _timed_call(run, timer, device, backward)
+    samples = _sweep_samples(timed, sizes, repeats, features, merge, device, dtype)
+    fit = _C.fit_quadratic([(rows, seconds, frames) for rows, frames, seconds in samples])
+    what = "%s, %s, %s on %s, clock %s, median of %d" % (
+        type(tower).__name__,
+        "forward + backward" if backward else "forward only",
+        str(dtype).replace("torch.", ""),
+        device,
+        use,
+        max(1, int(repeats)),
+    )
+    text = _C.calibration_text(fit["a"], fit["b"], fit["c"], _fit_report(what, samples, fit))
+    if out is not None:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text)
+    return Calibration(
+        a=fit["a"],
+        b=fit["b"],
+        c=fit["c"],
+        per_call=fit["per_call"],
+        max_relative_error=fit["max_relative_error"],
+        rms_relative_error=fit["rms_relative_error"],
+        samples=samples,
+        text=text,
+        path=out,
+    )
+
+
+def _tower_call(tower: Any, features: int | None, spatial_merge_size: int | None) -> tuple[Callable, int, int, Any]:
+    """(run(pv, grid, cu) -> output tensors, features, merge size, a parameter or None) of
+    `tower`: a transformers vision module (read from it), or a callable with `features` and
+    `spatial_merge_size` given."""
     found = _module_tower(tower) if isinstance(tower, torch.nn.Module) and features is None else None
     if found is not None:
         features, merge, run, visual = found
@@ -161,11 +199,12 @@ def calibrate(
         param = next(tower.parameters(), None) if isinstance(tower, torch.nn.Module) else None
     if spatial_merge_size is not None:
         merge = int(spatial_merge_size)
-    device = (
-        torch.device(device) if device is not None else (param.device if param is not None else torch.device("cpu"))
-    )
-    dtype = dtype if dtype is not None else (param.dtype if param is not None else torch.float32)
-    use, timer = clock_timer(clock, device)
+    return run, int(features), merge, param
+
+
+def _timed_call(run: Callable, timer: Callable[[], float], device: torch.device, backward: bool) -> Callable:
+    """timed(pv, grid, cu) -> seconds of one call of `run` (forward + backward of the outputs'
+    means, or forward only under no_grad), the device synchronized on both sides."""
 
     def timed(pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor) -> float:
         synchronize(device)
@@ -179,27 +218,31 @@ def calibrate(
         synchronize(device)
         return timer() - start
 
+    return timed
+
+
+def _sweep_samples(
+    timed: Callable, sizes: Sequence[int], repeats: int, features: int, merge: int, device: torch.device, dtype: Any
+) -> list[tuple[int, int, float]]:
+    """(patch rows per frame, frames, median seconds) over the sweep of `sizes`: random pixel
+    rows, one warm-up call each."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     samples: list[tuple[int, int, float]] = []
     for rows, frames in sweep(sizes):
         t, h, w = frame_of(rows, merge)
         grid = torch.tensor([[frames * t, h, w]], dtype=torch.int64, device=device)
-        pv = torch.randn(frames * rows, int(features), generator=gen).to(device=device, dtype=dtype)
+        pv = torch.randn(frames * rows, features, generator=gen).to(device=device, dtype=dtype)
         cu = torch.arange(0, frames * rows + 1, rows, dtype=torch.int32, device=device)
         timed(pv, grid, cu)  # warm-up
         times = sorted(timed(pv, grid, cu) for _ in range(max(1, int(repeats))))
         samples.append((rows, frames, times[len(times) // 2]))
-    fit = _C.fit_quadratic([(rows, seconds, frames) for rows, frames, seconds in samples])
+    return samples
+
+
+def _fit_report(what: str, samples: list[tuple[int, int, float]], fit: dict) -> str:
+    """The calibration file's comment: what was timed, each sample against the fit, the errors."""
     lines = [
-        "frameshard.calibrate (Python): %s, %s, %s on %s, clock %s, median of %d"
-        % (
-            type(tower).__name__,
-            "forward + backward" if backward else "forward only",
-            str(dtype).replace("torch.", ""),
-            device,
-            use,
-            max(1, int(repeats)),
-        ),
+        "frameshard.calibrate (Python): " + what,
         "a call on k frames of p patch rows takes per_call + k * cost(p), cost(p) = a*p^2 + b*p + c seconds",
     ]
     for (rows, frames, seconds), err in zip(samples, fit["relative_errors"], strict=False):
@@ -208,18 +251,4 @@ def calibrate(
         "fit error: max %.1f%%, rms %.1f%%; per call %.3f ms"
         % (fit["max_relative_error"] * 100, fit["rms_relative_error"] * 100, fit["per_call"] * 1e3)
     )
-    text = _C.calibration_text(fit["a"], fit["b"], fit["c"], "\n".join(lines))
-    if out is not None:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(text)
-    return Calibration(
-        a=fit["a"],
-        b=fit["b"],
-        c=fit["c"],
-        per_call=fit["per_call"],
-        max_relative_error=fit["max_relative_error"],
-        rms_relative_error=fit["rms_relative_error"],
-        samples=samples,
-        text=text,
-        path=out,
-    )
+    return "\n".join(lines)

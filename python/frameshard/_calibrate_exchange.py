@@ -103,8 +103,7 @@ def calibrate_exchange(
             "frameshard.calibrate_exchange: expected layers >= 1 and repeats >= 1, got %r and %r" % (layers, repeats)
         )
     pg, _ = resolve(group, "calibrate_exchange")
-    world = pg.size()
-    if world < 2:
+    if pg.size() < 2:
         return 0.0
     # One small exchange of the arguments, so that a rank called differently raises at once on
     # every rank instead of waiting out the group's timeout in a mismatched collective.
@@ -119,9 +118,15 @@ def calibrate_exchange(
         nccl = dist.get_backend(pg) == "nccl"
         device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
     device = torch.device(device)
-    _, timer = clock_timer(clock, device)
+    timed = _probe_timer(pg, int(width), clock, device, timeout)
+    return _per_exchange_us(timed, int(layers), int(repeats), pg, device)
 
-    probe = _ExchangeProbe(int(width)).to(device)
+
+def _probe_timer(pg: Any, width: int, clock: str, device: torch.device, timeout: Timeout) -> Any:
+    """timed(n) -> seconds of one probe call with n exchanges, forward + backward, on `pg`."""
+    _, timer = clock_timer(clock, device)
+    world = pg.size()
+    probe = _ExchangeProbe(width).to(device)
     rows = _MERGE * _MERGE * 4 * world  # a frame of 2*world x 8 patches: 4 merged tokens a rank
     grid = [[1, 2 * world, 8]]
     pixels = torch.randn(rows, _FEATURES, generator=torch.Generator().manual_seed(0)).to(device)
@@ -137,22 +142,28 @@ def calibrate_exchange(
         synchronize(device)
         return timer() - start
 
+    return timed
+
+
+def _per_exchange_us(timed: Any, layers: int, repeats: int, pg: Any, device: torch.device) -> float:
+    """Microseconds an exchange adds: (the 2n-exchange call - the n-exchange call) / n, the
+    largest over the ranks."""
+
     def lowest(n: int) -> tuple[float, float]:
         # The calls of n and 2n exchanges alternate, so that a load change on a shared machine
         # weighs on both alike, and the minimum of each is kept: noise only ever adds time.
         timed(n), timed(2 * n)  # warm-up
         ones, twos = [], []
-        for _ in range(int(repeats)):
+        for _ in range(repeats):
             ones.append(timed(n))
             twos.append(timed(2 * n))
         return min(ones), min(twos)
 
     # A difference drowned in noise (the 2n calls not slower than the n calls on every rank) is
     # measured again with twice the exchanges a call, up to three times, before it is reported
-    # as 0.
-    # The decision is taken on the all-reduced value, so every rank retries alike.
+    # as 0. The decision is taken on the all-reduced value, so every rank retries alike.
     for attempt in range(3):
-        n = int(layers) * 2**attempt
+        n = layers * 2**attempt
         one, two = lowest(n)
         per_exchange = max(0.0, (two - one) / n) * 1e6
         value = torch.tensor([per_exchange], dtype=torch.float64, device=device)

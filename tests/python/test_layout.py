@@ -183,23 +183,34 @@ def test_a_transformers_release_outside_the_range_is_refused_by_name(monkeypatch
     import transformers
 
     monkeypatch.setattr(transformers, "__version__", version)
-    low, high = hf.SUPPORTED_TRANSFORMERS
     with pytest.raises(frameshard.FrameshardError) as err:
         hf.enable(torch.nn.Linear(2, 2), solo_group)
     assert str(err.value) == (
-        "frameshard.hf.enable: expected transformers >= %s, < %s (the releases frameshard.hf supports), "
-        "got transformers %s" % (low, high, version)
+        "frameshard.hf.enable: expected transformers >=5.17.0,<6 (the releases frameshard.hf supports), "
+        "got transformers %s" % version
     )
     with pytest.raises(frameshard.FrameshardError, match="frameshard.hf.context_parallel: expected transformers"):
         hf.context_parallel(torch.nn.Linear(2, 2), solo_group)
 
 
 def test_the_range_reads_release_versions():
-    low, high = hf.SUPPORTED_TRANSFORMERS
+    assert hf.SUPPORTED_TRANSFORMERS == ">=5.17.0,<6"
+    low, high = _compat.bounds()
+    assert (low, high) == ("5.17.0", "6") and _compat.oldest_transformers() == "5.17.0"
     assert _compat.supported(low) and not _compat.supported(high)
     assert _compat.supported("5.25.0") and _compat.supported("5.18.0") and _compat.supported("5.17.0")
     assert _compat.supported("5.26.0rc1") and not _compat.supported("4.57.6") and not _compat.supported("6.0.0.dev0")
     assert _compat.supported(_compat.transformers_version())  # the pinned release
+    with pytest.raises(ValueError, match="expected a range '>=LOW,<HIGH', got '==5.17.0'"):
+        _compat.bounds("==5.17.0")
+
+
+def test_the_hf_extra_states_the_supported_range():
+    """pyproject.toml's `hf` extra and frameshard.hf.SUPPORTED_TRANSFORMERS say the same."""
+    pyproject = os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml")
+    with open(pyproject) as f:
+        text = f.read()
+    assert 'hf = ["transformers%s"]' % hf.SUPPORTED_TRANSFORMERS in text
 
 
 @pytest.mark.parametrize("group", ["cpu", 2, object()])

@@ -102,6 +102,37 @@ def test_find_vision_module_through_peft():
     assert unwrap_module(held) is model
 
 
+def test_a_new_wrapper_is_one_entry_of_the_table(monkeypatch, solo_group):
+    """A wrapper frameshard does not know (DeepSpeed's engine, say) is one entry of
+    _unwrap.WRAPPERS: enable finds the vision module through it, and context_parallel's
+    grad_reduction="auto" reads the reduction it declares."""
+    from frameshard import _unwrap
+    from frameshard.hf import _grad_reduction
+
+    class Engine(torch.nn.Module):  # holds the model as `.engine_module`, as no known wrapper does
+        def __init__(self, module):
+            super().__init__()
+            self.engine_module = module
+
+    model, visual = _whole()
+    held = Engine(model)
+    with pytest.raises(frameshard.FrameshardError, match="got Engine"):
+        hf.find_vision_module(held)
+    assert _grad_reduction.detect(held) is None
+    reduction = _unwrap.Reduction(frozenset([0]), 4.0, "Engine over rank 0")
+    entry = _unwrap.Wrapper(
+        "Engine",
+        inner=lambda m: m.engine_module if isinstance(m, Engine) else None,
+        reduction=lambda m, fn: reduction if isinstance(m, Engine) else None,
+    )
+    monkeypatch.setattr(_unwrap, "WRAPPERS", (*_unwrap.WRAPPERS, entry))
+    assert hf.find_vision_module(held) is visual
+    assert unwrap_module(held) is model
+    assert _unwrap.describe(held) == "Engine wrapping %s" % type(model).__name__
+    assert _grad_reduction.detect(held) is reduction
+    assert _grad_reduction.loss_scale(held, solo_group, "auto") == 4.0  # divisor * cp / |ranks|
+
+
 def test_family_from_class_hierarchy():
     model, visual = _whole()
     cls = type(visual)

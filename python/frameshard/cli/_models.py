@@ -15,7 +15,11 @@ from .._config import FrameShardingConfig
 from ..hf import _family
 
 # The families `train` builds models of: those whose descriptor names model classes.
-FAMILIES = tuple(f.name for f in _family.families() if f.model_classes and f.tiny_model is not None)
+FAMILIES = tuple(
+    f.name
+    for f in _family.families()
+    if f.random_models is not None and f.random_models.model_classes and f.random_models.tiny_model is not None
+)
 FS = "distributed.multimodal.vision.frame_sharding"
 TOKENS = dict(vision_start_token_id=2, vision_end_token_id=5, image_token_id=3, video_token_id=4)
 PATCH, TEMPORAL, MERGE = 14, 2, 2
@@ -60,7 +64,7 @@ def tiny_model(recipe: dict) -> torch.nn.Module:
         spatial_merge_size=MERGE,
     )
     vision["width"] = int(recipe["model.vision_hidden"])
-    described = _family.get(family)
+    described = _family.get(family).random_models
     described.tiny_model(vision, text, recipe)  # the family's own sizes and layer layout
     names = described.model_classes
     config = getattr(transformers, names[0])(text_config=text, vision_config=vision, **TOKENS)
@@ -90,5 +94,5 @@ def checkpoint_model(model_dir: str) -> torch.nn.Module:
     weights, float32, SDPA attention."""
     import transformers  # noqa: PLC0415
 
-    cls = getattr(transformers, _family.get(checkpoint_family(model_dir)).model_classes[1])
+    cls = getattr(transformers, _family.get(checkpoint_family(model_dir)).random_models.model_classes[1])
     return cls.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")

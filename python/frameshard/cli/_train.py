@@ -14,7 +14,7 @@ import torch.distributed as dist
 from .. import hf
 from .._shard import frame_keys
 from ..hf import _cp_owner
-from . import _models as _ab
+from . import _models
 from ._batch import Geometry, make_batch
 
 
@@ -127,11 +127,11 @@ def _parallelize(model: Any, recipe: dict, sharded: bool, mesh: Any, timeout: fl
     """Frame-shards the tower (the sharded arm) and puts the language model under CP; returns
     the CP handle (None at cp 1). `mesh`: the (dp, cp) DeviceMesh, or None for dp 1 with
     mesh_dims [cp], where the default group is the CP group (as before --dp existed)."""
-    cp, dims = int(recipe["distributed.cp_size"]), list(recipe[_ab.FS + ".mesh_dims"])
+    cp, dims = int(recipe["distributed.cp_size"]), list(recipe[_models.FS + ".mesh_dims"])
     group = mesh if mesh is not None else dist.group.WORLD
     # A CP group of one rank has nothing to shard over, unless the frames pool over the mesh.
     if sharded and (cp > 1 or dims == ["dp", "cp"]):
-        hf.enable(model, group, _ab.frame_sharding(recipe, True), timeout=timeout)
+        hf.enable(model, group, _models.frame_sharding(recipe, True), timeout=timeout)
     return hf.context_parallel(model, group, timeout=timeout) if cp > 1 else None
 
 
@@ -161,20 +161,20 @@ def train_arm(
     """This rank's series of one arm: a fresh model (train.seed, so every rank and both arms start
     from the same weights), trained on its replica's batches. Gradients and the reported loss:
     SUM over all dp x cp ranks, divided by dp (each rank's loss is its share of its replica's
-    mean; see docs/python.md "Gradients"), so the loss is the mean over replicas."""
+    mean; see docs/python-cp.md "Gradients"), so the loss is the mean over replicas."""
     timeout = float(recipe["train.timeout_ms"]) / 1000.0
     dp, cp = int(recipe["distributed.dp_size"]), int(recipe["distributed.cp_size"])
-    model = _ab.checkpoint_model(str(recipe["model.model_dir"])) if recipe["model.model_dir"] else None
-    model = (model if model is not None else _ab.tiny_model(recipe)).to(device)
+    model = _models.checkpoint_model(str(recipe["model.model_dir"])) if recipe["model.model_dir"] else None
+    model = (model if model is not None else _models.tiny_model(recipe)).to(device)
     geo, memory = Geometry.of(model.config), _Memory(device)
     timer = _VisionTimer(model.model.visual, memory)
     cp_handle = _parallelize(model, recipe, sharded, mesh, timeout) if world > 1 else None
-    pooled = sharded and list(recipe[_ab.FS + ".mesh_dims"]) == ["dp", "cp"] and world > 1
+    pooled = sharded and list(recipe[_models.FS + ".mesh_dims"]) == ["dp", "cp"] and world > 1
     opt = torch.optim.AdamW(
         model.parameters(), lr=float(recipe["train.lr"]), weight_decay=float(recipe["train.weight_decay"])
     )
     series = _new_series()
-    owner = sharded and cp_handle is not None and recipe[_ab.FS + ".gather"] == "owner"
+    owner = sharded and cp_handle is not None and recipe[_models.FS + ".gather"] == "owner"
     if owner:
         series["routed_rows"] = []
     for step in range(int(recipe["train.steps"])):

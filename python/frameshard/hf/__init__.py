@@ -29,7 +29,7 @@ vision call the others make. See docs/python.md.
 
 from __future__ import annotations
 
-from . import _cp_owner, _families  # noqa: F401  (they register: the families, the owner gather's forward)
+from . import _families  # noqa: F401  (each family module registers itself)
 from ._compat import SUPPORTED_TRANSFORMERS
 from ._cp import ContextParallel, context_parallel
 from ._cp import remove as remove_context_parallel

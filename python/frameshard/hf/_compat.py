@@ -15,14 +15,15 @@ from typing import Any
 
 from .._C import FrameshardError
 
-# [lowest supported, first unsupported). 5.15 is where every family's vision module takes all of
+# A specifier as pip writes it (pyproject.toml's `hf` extra is "transformers" + this), read here as
+# [lowest supported, first unsupported) by `bounds`. 5.15 is where every family's vision module takes all of
 # its precomputed geometry through transformers.vision_utils (get_vision_attention_seqlens and the
 # interpolated position tables came then; 5.0 returns pooler_output, 4.x a tensor); 5.17.0 is the
 # lowest CI tests (the release the project's GPU machine carries). Nemotron Omni exists from 5.18.
 # The upper bound is the next major release: within it, feature detection (below) names what a
 # release changed. CI runs the parity subset on 5.17.0, 5.18.0 (NeMo Automodel's pin) and 5.25.0,
 # the full suites on the pinned 5.24.0 (docs/python.md, "Supported transformers releases").
-SUPPORTED_TRANSFORMERS = ("5.17.0", "6")
+SUPPORTED_TRANSFORMERS = ">=5.17.0,<6"
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -37,6 +38,19 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def bounds(spec: str = SUPPORTED_TRANSFORMERS) -> tuple[str, str]:
+    """(lowest supported, first unsupported) of a ">=LOW,<HIGH" specifier."""
+    low, _, high = (c.strip() for c in spec.partition(","))
+    if not (low.startswith(">=") and high.startswith("<") and not high.startswith("<=")):
+        raise ValueError("frameshard.hf: expected a range '>=LOW,<HIGH', got %r" % spec)
+    return low[2:], high[1:]
+
+
+def oldest_transformers() -> str:
+    """The oldest transformers release frameshard.hf supports."""
+    return bounds()[0]
+
+
 def transformers_version() -> str:
     import transformers  # noqa: PLC0415  (transformers is optional)
 
@@ -45,7 +59,7 @@ def transformers_version() -> str:
 
 def supported(version: str) -> bool:
     """Whether transformers `version` lies in SUPPORTED_TRANSFORMERS."""
-    low, high = (_version_tuple(v) for v in SUPPORTED_TRANSFORMERS)
+    low, high = (_version_tuple(v) for v in bounds())
     return low <= _version_tuple(version) < high
 
 
@@ -54,8 +68,8 @@ def check_transformers(fn: str) -> None:
     version = transformers_version()
     if not supported(version):
         raise FrameshardError(
-            "frameshard.hf.%s: expected transformers >= %s, < %s (the releases frameshard.hf supports), "
-            "got transformers %s" % (fn, SUPPORTED_TRANSFORMERS[0], SUPPORTED_TRANSFORMERS[1], version)
+            "frameshard.hf.%s: expected transformers %s (the releases frameshard.hf supports), "
+            "got transformers %s" % (fn, SUPPORTED_TRANSFORMERS, version)
         )
 
 

@@ -68,6 +68,30 @@ class Features:
 
 
 @dataclasses.dataclass(frozen=True)
+class RandomModels:
+    """How the command line builds a model of the family, which sharding itself never needs.
+
+    Why the package holds it (and not the tests): no weights can be downloaded where frameshard is
+    tried first, so `python -m frameshard ab` times random vision towers (frameshard.hf._random)
+    and `python -m frameshard train` trains a tiny random model on its embedded default; with
+    `model.model_dir` it loads a checkpoint by `model_classes`.
+
+    Attributes:
+        vision_config: the vision config class (random towers: frameshard.hf._random).
+        tower_kwargs: (width, depth, heads, mlp, out_hidden) -> that config's keyword arguments.
+        model_classes: (config class, ...ForConditionalGeneration class) in transformers, for
+            `python -m frameshard train` (tiny random models and checkpoints); empty: not offered.
+        tiny_model: (vision kwargs, text kwargs, recipe) -> None: the family's changes to the
+            tiny model's configs (python -m frameshard train).
+    """
+
+    vision_config: str
+    tower_kwargs: Callable[..., dict] = lambda *sizes: tower_kwargs(*sizes)
+    model_classes: tuple[str, ...] = ()
+    tiny_model: Callable[[dict, dict, dict], None] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Family:
     """One transformers model family (see the module docstring).
 
@@ -84,12 +108,8 @@ class Family:
             over the sequence: context_parallel runs them on the gathered sequence).
         one_row_per_frame: the vision module takes one (1, h, w) grid row per frame (GLM-4V).
         split: split-frame hooks; None: the family never cuts frames.
-        vision_config: the vision config class (random towers: frameshard.hf._random).
-        tower_kwargs: (width, depth, heads, mlp, out_hidden) -> that config's keyword arguments.
-        model_classes: (config class, ...ForConditionalGeneration class) in transformers, for
-            `python -m frameshard train` (tiny random models and checkpoints); empty if unsupported.
-        tiny_model: (vision kwargs, text kwargs, recipe) -> None: the family's changes to the
-            tiny model's configs (python -m frameshard train).
+        random_models: how the command line builds models of the family (see RandomModels);
+            None: `python -m frameshard ab|train` and frameshard.hf._random do not offer it.
     """
 
     name: str
@@ -103,14 +123,11 @@ class Family:
     linear_attention: tuple[str, ...] = ()
     one_row_per_frame: bool = False
     split: Split | None = None
-    vision_config: str = ""
-    tower_kwargs: Callable[[int, int, int, int, int], dict] = lambda *sizes: tower_kwargs(*sizes)
-    model_classes: tuple[str, ...] = ()
-    tiny_model: Callable[[dict, dict, dict], None] | None = None
+    random_models: RandomModels | None = None
 
 
 def tower_kwargs(width: int, depth: int, heads: int, mlp: int, out: int, **extra: Any) -> dict:
-    """A random tower's vision config keywords, as most families name them (Family.tower_kwargs)."""
+    """A random tower's vision config keywords, as most families name them (RandomModels.tower_kwargs)."""
     return dict(hidden_size=width, depth=depth, num_heads=heads, intermediate_size=mlp, out_hidden_size=out, **extra)
 
 

@@ -22,25 +22,16 @@ hook that changes the divisor, and a hand-written reduction other than a SUM ove
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from .. import _unwrap
 from .._C import FrameshardError
-from .._unwrap import unwrap_module
+from .._unwrap import Reduction
 
 MODES = ("auto", "sum", "mean")
-
-
-@dataclasses.dataclass(frozen=True)
-class Reduction:
-    """A gradient reduction: over the global ranks `ranks`, divided by `divisor`; `what` names it."""
-
-    ranks: frozenset
-    divisor: float
-    what: str
 
 
 def _error(fn: str, text: str) -> FrameshardError:
@@ -48,73 +39,28 @@ def _error(fn: str, text: str) -> FrameshardError:
 
 
 def active_ddp(module: torch.nn.Module) -> Any:
-    """The DistributedDataParallel whose forward is running now around `module` (DDP marks itself
-    active for TorchDynamo during its forward), or None."""
-    from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
+    """The DistributedDataParallel whose forward is running now around `module`, or None.
 
-    ddp = getattr(DistributedDataParallel, "_active_ddp_module", None)
+    It reads DDP's private class attribute `_active_ddp_module` (DDP sets it for TorchDynamo for
+    the length of its forward): torch has no public way to find the DDP running around a module,
+    and a DDP made around the model after `context_parallel` is seen no other way."""
+    ddp = getattr(torch.nn.parallel.DistributedDataParallel, "_active_ddp_module", None)
     if ddp is None or not any(m is module for m in ddp.module.modules()):
         return None
     return ddp
 
 
-def _ddp(model: Any) -> Reduction | None:
-    """DistributedDataParallel averages over its process group."""
-    from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
-
-    if not isinstance(model, DistributedDataParallel):
-        return None
-    ranks = frozenset(dist.get_process_group_ranks(model.process_group))
-    return Reduction(ranks, float(len(ranks)), "DistributedDataParallel over ranks %s" % sorted(ranks))
-
-
-def _fsdp2_groups(module: torch.nn.Module) -> list:
-    state = module._get_fsdp_state()
-    groups = getattr(state, "_fsdp_param_groups", None)  # torch >= 2.12: one per parameter set
-    if groups is None:
-        groups = [getattr(state, "_fsdp_param_group", None)]
-    return [g for g in groups if g is not None]
-
-
-def _fsdp2(model: Any, fn: str) -> Reduction | None:
-    """FSDP2 (fully_shard) reduces over its mesh (shard dim, and replicate dim under HSDP) and
-    divides by the mesh's size unless set_gradient_divide_factor set another divisor. Every
-    FSDP2 module of the model must agree."""
-    try:
-        from torch.distributed.fsdp import FSDPModule  # noqa: PLC0415
-    except ImportError:  # torch without FSDP2
-        return None
-    seen = {}
-    for module in unwrap_module(model).modules():
-        if not isinstance(module, FSDPModule):
-            continue
-        try:
-            for group in _fsdp2_groups(module):
-                ranks = frozenset(int(r) for r in group.mesh_info.mesh.mesh.flatten().tolist())
-                factor = group.gradient_divide_factor
-                seen[(ranks, float(factor) if factor is not None else float(len(ranks)))] = True
-        except AttributeError as e:
-            raise _error(
-                fn,
-                "expected FSDP2's mesh and gradient divide factor to be readable on torch %s, got %s; "
-                "pass grad_reduction='mean' (FSDP2 averages) or 'sum'" % (torch.__version__, e),
-            ) from e
-    if not seen:
-        return None
-    if len(seen) > 1:
-        raise _error(
-            fn,
-            "expected every FSDP2 module of the model to reduce gradients alike, got %s"
-            % sorted((sorted(r), f) for r, f in seen),
-        )
-    ranks, divisor = next(iter(seen))
-    return Reduction(ranks, divisor, "FSDP2 over ranks %s dividing by %g" % (sorted(ranks), divisor))
-
-
 def detect(model: Any, ddp: Any = None, fn: str = "context_parallel") -> Reduction | None:
-    """The gradient reduction the model's wrapper applies, or None (no DDP / FSDP2 seen); `ddp`:
-    one seen running around the model (active_ddp)."""
-    return _ddp(model) or _ddp(ddp) or _fsdp2(model, fn)
+    """The gradient reduction the model's wrappers apply (the first entry of _unwrap.WRAPPERS that
+    reduces, read on the model, then on `ddp`: one seen running around the model, active_ddp), or
+    None."""
+    seen_on = [model] if ddp is None else [model, ddp]
+    for wrapper in _unwrap.WRAPPERS:
+        for obj in seen_on if wrapper.reduction is not None else ():
+            reduction = wrapper.reduction(obj, fn)
+            if reduction is not None:
+                return reduction
+    return None
 
 
 def loss_scale(model: Any, group: dist.ProcessGroup, mode: str, ddp: Any = None, fn: str = "context_parallel") -> float:
@@ -136,6 +82,6 @@ def loss_scale(model: Any, group: dist.ProcessGroup, mode: str, ddp: Any = None,
             fn,
             "expected the gradient reduction to include this rank's CP group %s (the CP ranks' "
             "gradients are shares to be summed), got %s; reduce over the dp x cp ranks instead "
-            "(docs/python.md, Gradients)" % (sorted(peers), reduction.what),
+            "(docs/python-cp.md, Gradients)" % (sorted(peers), reduction.what),
         )
     return reduction.divisor * cp / len(reduction.ranks)

@@ -22,7 +22,7 @@ from . import _family
 
 def families() -> list[str]:
     """The families whose random vision towers can be made (whole-tower vision modules)."""
-    return [f.name for f in _family.families() if f.vision_config]
+    return [f.name for f in _family.families() if f.random_models is not None]
 
 
 def _classes(family: str) -> tuple[Any, Any]:
@@ -32,7 +32,7 @@ def _classes(family: str) -> tuple[Any, Any]:
     # The modeling module defines the vision module and imports its config class (the package
     # exports only the public model classes).
     mod = importlib.import_module("transformers.models.%s.modeling_%s" % (described.module, described.module))
-    return getattr(mod, described.vision_config), getattr(mod, described.vision[0])
+    return getattr(mod, described.random_models.vision_config), getattr(mod, described.vision[0])
 
 
 def vision_config(
@@ -47,11 +47,11 @@ def vision_config(
 ) -> Any:
     """A vision config of `family` with tower width `width`, `depth` blocks, `heads` heads
     (default width // 64, at least 1), MLP width `mlp` (default 4 * width) and merger output
-    `out_hidden` (default width), laid out as the family's descriptor says (Family.tower_kwargs:
+    `out_hidden` (default width), laid out as the family's descriptor says (RandomModels.tower_kwargs:
     Qwen2.5-VL keeps its windows with full attention on the last block, Qwen3-VL puts DeepStack
     mergers after blocks depth//4, depth//2, 3*depth//4, GLM-4V's `mlp` is its merger's)."""
     config_cls, _ = _classes(family)
-    kw = _family.get(family).tower_kwargs(
+    kw = _family.get(family).random_models.tower_kwargs(
         width, depth, heads or max(1, width // 64), mlp or 4 * width, out_hidden or width
     )
     kw.update(overrides)

@@ -107,7 +107,7 @@ def vision_outputs(out: Any) -> list[torch.Tensor]:
         raise FrameshardError(
             "frameshard.hf: expected the vision module to return an output with pooler_output "
             "(transformers >= %s), got %s from transformers %s"
-            % (_compat.SUPPORTED_TRANSFORMERS[0], type(out).__name__, _compat.transformers_version())
+            % (_compat.oldest_transformers(), type(out).__name__, _compat.transformers_version())
         )
     return [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
 

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from ..._towers import TowerDims, config_value
-from .._family import Family, Split, register
+from .._family import Family, RandomModels, Split, register
 
 
 def dims(c: Any) -> TowerDims:
@@ -46,7 +46,7 @@ GLM4V = register(
         text=("Glm4vTextModel",),
         one_row_per_frame=True,
         split=Split(),
-        vision_config="Glm4vVisionConfig",
+        random_models=RandomModels("Glm4vVisionConfig"),
     )
 )
 
@@ -58,6 +58,6 @@ GLM4V_MOE = register(
         model_types=("glm4v_moe",),
         vision=("Glm4vMoeVisionModel",),
         text=("Glm4vMoeTextModel",),
-        vision_config="Glm4vMoeVisionConfig",
+        random_models=RandomModels("Glm4vMoeVisionConfig"),
     )
 )

@@ -14,7 +14,7 @@ import torch
 
 from ..._C import FrameshardError
 from ..._towers import TowerDims, config_value
-from .._family import Family, Split, register, tiny_vision_sizes, tower_kwargs
+from .._family import Family, RandomModels, Split, register, tiny_vision_sizes, tower_kwargs
 
 
 def _window_side(c: Any) -> int:
@@ -106,9 +106,11 @@ QWEN2_5_VL = register(
             full_attention_blocks=full_attention_blocks,
             geometry=geometry,
         ),
-        vision_config="Qwen2_5_VLVisionConfig",
-        tower_kwargs=random_tower,
-        model_classes=("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
-        tiny_model=tiny_model,
+        random_models=RandomModels(
+            "Qwen2_5_VLVisionConfig",
+            random_tower,
+            ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
+            tiny_model,
+        ),
     )
 )

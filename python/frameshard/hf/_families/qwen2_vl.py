@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._towers import TowerDims, config_value
-from .._family import Family, Split, register
+from .._family import Family, RandomModels, Split, register
 
 
 def dims(c: Any) -> TowerDims:
@@ -46,9 +46,8 @@ QWEN2_VL = register(
         vision=("Qwen2VisionTransformerPretrainedModel",),
         text=("Qwen2VLTextModel",),
         split=Split(),
-        vision_config="Qwen2VLVisionConfig",
-        tower_kwargs=random_tower,
-        model_classes=("Qwen2VLConfig", "Qwen2VLForConditionalGeneration"),
-        tiny_model=tiny_model,
+        random_models=RandomModels(
+            "Qwen2VLVisionConfig", random_tower, ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration"), tiny_model
+        ),
     )
 )

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from ..._towers import TowerDims
-from .._family import Family, register, tiny_vision_sizes
+from .._family import Family, RandomModels, register, tiny_vision_sizes
 from . import qwen3_vl
 
 
@@ -40,9 +40,11 @@ QWEN3_5 = register(
         text=("Qwen3_5TextModel",),
         linear_attention=("Qwen3_5GatedDeltaNet",),
         split=qwen3_vl.SPLIT,
-        vision_config="Qwen3_5VisionConfig",
-        model_classes=("Qwen3_5Config", "Qwen3_5ForConditionalGeneration"),
-        tiny_model=tiny_model,
+        random_models=RandomModels(
+            "Qwen3_5VisionConfig",
+            model_classes=("Qwen3_5Config", "Qwen3_5ForConditionalGeneration"),
+            tiny_model=tiny_model,
+        ),
     )
 )
 
@@ -55,8 +57,6 @@ QWEN3_5_MOE = register(
         vision=("Qwen3_5MoeVisionModel",),
         text=("Qwen3_5MoeTextModel",),
         linear_attention=("Qwen3_5MoeGatedDeltaNet",),
-        vision_config="Qwen3_5MoeVisionConfig",
-        model_classes=(),
-        tiny_model=None,
+        random_models=RandomModels("Qwen3_5MoeVisionConfig"),
     )
 )

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..._towers import TowerDims, config_value
-from .._family import Family, Split, register, tiny_vision_sizes, tower_kwargs
+from .._family import Family, RandomModels, Split, register, tiny_vision_sizes, tower_kwargs
 
 
 def dims(c: Any, name: str = "qwen3-vl") -> TowerDims:
@@ -76,10 +76,9 @@ QWEN3_VL = register(
         vision=("Qwen3VLVisionModel",),
         text=("Qwen3VLTextModel",),
         split=SPLIT,
-        vision_config="Qwen3VLVisionConfig",
-        tower_kwargs=random_tower,
-        model_classes=("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
-        tiny_model=tiny_model,
+        random_models=RandomModels(
+            "Qwen3VLVisionConfig", random_tower, ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"), tiny_model
+        ),
     )
 )
 
@@ -91,8 +90,6 @@ QWEN3_VL_MOE = register(
         model_types=("qwen3_vl_moe",),
         vision=("Qwen3VLMoeVisionModel",),
         text=("Qwen3VLMoeTextModel",),
-        vision_config="Qwen3VLMoeVisionConfig",
-        model_classes=(),
-        tiny_model=None,
+        random_models=RandomModels("Qwen3VLMoeVisionConfig", random_tower),
     )
 )
