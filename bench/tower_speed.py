@@ -42,21 +42,20 @@ from safetensors.numpy import save_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-import make_hf_fixtures as fx  # noqa: E402  (pack_pixels, redraw_vision_weights)
+import make_hf_fixtures as fx  # noqa: E402  (pack_pixels, redraw_vision_weights, _text_config)
 
 TEXT_HIDDEN = 2048  # the merger's output width (a 2B-class language model)
 
 
 def towers(depth):
     """family -> (config class, model class, config kwargs, patch size)."""
-    text = dict(
-        vocab_size=128,
-        hidden_size=TEXT_HIDDEN,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=16,
-        num_key_value_heads=1,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [16, 24, 24]},
+    # The fixtures' one-layer text model (only the vision tower runs), 2048 wide.
+    text = fx._text_config(
+        dict(
+            hidden_size=TEXT_HIDDEN,
+            num_attention_heads=16,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [16, 24, 24]},
+        )
     )
     common = dict(in_channels=3, temporal_patch_size=2, spatial_merge_size=2)
     return {

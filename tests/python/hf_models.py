@@ -84,6 +84,14 @@ def vision_outputs(model, visual, inputs):
         out = model.model.get_image_features(
             pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"]
         )
+    return flat_outputs(out)
+
+
+def flat_outputs(out):
+    """A vision output as a list of tensors: itself when a tuple or list, else pooler_output
+    (concatenated when split per item) and the DeepStack features."""
+    if isinstance(out, (tuple, list)):
+        return list(out)
     pooled = out.pooler_output
     if isinstance(pooled, (list, tuple)):
         pooled = torch.cat(list(pooled), dim=0)

@@ -116,27 +116,16 @@ def build(family, dtype=torch.float64):
     return model, inputs
 
 
-def flat_outputs(out):
-    """pooler_output (concatenated when split per item) and the DeepStack features."""
-    if isinstance(out, (tuple, list)):
-        return list(out)
-    pooled = out.pooler_output
-    if isinstance(pooled, (list, tuple)):
-        pooled = torch.cat(list(pooled), dim=0)
-    outs = [pooled]
-    for d in getattr(out, "deepstack_features", None) or []:
-        outs.append(torch.cat(list(d), dim=0) if isinstance(d, (list, tuple)) else d)
-    return outs
-
-
 def vision_call(m, pixel_values, grid, video=False):
     """The model's own vision path: get_image_features / get_video_features of a whole model,
     the (held) vision module's forward otherwise."""
     if not m.whole:
-        return flat_outputs(m.held(pixel_values, grid_thw=grid))
+        return hf_models.flat_outputs(m.held(pixel_values, grid_thw=grid))
     if video:
-        return flat_outputs(m.base.model.get_video_features(pixel_values_videos=pixel_values, video_grid_thw=grid))
-    return flat_outputs(m.base.model.get_image_features(pixel_values=pixel_values, image_grid_thw=grid))
+        return hf_models.flat_outputs(
+            m.base.model.get_video_features(pixel_values_videos=pixel_values, video_grid_thw=grid)
+        )
+    return hf_models.flat_outputs(m.base.model.get_image_features(pixel_values=pixel_values, image_grid_thw=grid))
 
 
 def checkpointed_call(m, pixel_values, grid, use_reentrant, early_stop=True):
@@ -145,7 +134,7 @@ def checkpointed_call(m, pixel_values, grid, use_reentrant, early_stop=True):
     recomputation runs the whole sharded forward again, collectives included."""
 
     def run(pv, g):
-        return tuple(flat_outputs(m.called(pv, grid_thw=g)))
+        return tuple(hf_models.flat_outputs(m.called(pv, grid_thw=g)))
 
     with torch.utils.checkpoint.set_checkpoint_early_stop(early_stop):
         return list(torch.utils.checkpoint.checkpoint(run, pixel_values, grid, use_reentrant=use_reentrant))
