@@ -31,7 +31,7 @@ namespace internal {
 struct MeshRecord {
   bool ok = true;
   std::string error;  // why this rank failed (ok == false)
-  int64_t dp = 0;     // MeshEncodeOptions::dp, cp
+  int64_t dp = 0;     // EncodeOptions::mesh.dp, cp
   int64_t cp = 0;
   uint64_t options = 0;  // plan_options_fingerprint
   bool tower_trainable = false;
@@ -44,11 +44,11 @@ struct MeshRecord {
   /// Its token_owner, when it sends it (cp rank 0 of its replica; empty on
   /// the other ranks).
   std::vector<int64_t> owners;
-  /// Dedup (MeshEncodeOptions::unit_keys): the fingerprint of its keys, and
+  /// Dedup (EncodeOptions::unit_keys): the fingerprint of its keys, and
   /// the keys themselves when it sends them (cp rank 0 of its replica).
   uint64_t keys_fp = 0;
   std::vector<UnitKey> keys;
-  /// MeshEncodeOptions::other_seconds: its predicted rest of the step.
+  /// EncodeOptions::mesh.other_seconds: its predicted rest of the step.
   double other_seconds = 0.0;
 };
 
