@@ -171,11 +171,7 @@ def scenario_omni_few(rank, world, group):
 
 
 def _raised(call):
-    try:
-        call()
-    except Exception as e:  # the type and message are what the test checks
-        return {"raised": type(e).__name__, "message": str(e)}
-    return {"raised": None, "message": ""}
+    return worker_common.raised(call, Exception)  # the type and message are what the test checks
 
 
 def scenario_omni_odd(rank, world, group):

@@ -194,11 +194,10 @@ def scenario_mismatch(rank, world, group):
     tower = FrameTower(12, 16, 8).double()
     grid = torch.tensor(TORCH_GRID)
     pixel_values = torch.randn(int(grid.prod(-1).sum()), 12, dtype=torch.float64)
-    try:
-        frameshard.shard_vision(tower, pixel_values, grid, group, SHARD_ALL, cp_size=world + 1)
-    except frameshard.FrameshardError as e:
-        return {"raised": type(e).__name__, "message": str(e), "tower_calls": len(tower.seen)}
-    return {"raised": None, "tower_calls": len(tower.seen)}
+    result = worker_common.raised(
+        lambda: frameshard.shard_vision(tower, pixel_values, grid, group, SHARD_ALL, cp_size=world + 1)
+    )
+    return {**result, "tower_calls": len(tower.seen)}
 
 
 def scenario_grid_mismatch(rank, world, group):
@@ -209,11 +208,9 @@ def scenario_grid_mismatch(rank, world, group):
         grid[2] = [1, 8, 6]
     grid = torch.tensor(grid)
     pixel_values = torch.randn(int(grid.prod(-1).sum()), 12, dtype=torch.float64)
-    try:
-        frameshard.shard_vision(tower, pixel_values, grid, group, SHARD_ALL, timeout=30)
-    except frameshard.FrameshardError as e:
-        return {"raised": type(e).__name__, "message": str(e)}
-    return {"raised": None}
+    return worker_common.raised(
+        lambda: frameshard.shard_vision(tower, pixel_values, grid, group, SHARD_ALL, timeout=30)
+    )
 
 
 def scenario_tower_error(rank, world, group):
@@ -226,11 +223,9 @@ def scenario_tower_error(rank, world, group):
             raise KeyError("boom on rank 1")
         return tower(pv, g, cu)
 
-    try:
-        frameshard.shard_vision(failing, pixel_values, grid, group, SHARD_ALL, timeout=30)
-    except frameshard.FrameshardError as e:
-        return {"raised": type(e).__name__, "message": str(e)}
-    return {"raised": None}
+    return worker_common.raised(
+        lambda: frameshard.shard_vision(failing, pixel_values, grid, group, SHARD_ALL, timeout=30)
+    )
 
 
 def scenario_gil(rank, world, group):
@@ -320,21 +315,13 @@ def scenario_hf(family, rank, world, group):
         hook.remove()
     # The plan hf.enable makes: it costs this tower (frameshard.tower_dims of its config).
     plan = frameshard.plan(inputs["image_grid_thw"], world, SHARD_ALL, spatial_merge_size=2, tower=visual)
-    out_diff, out_scale = compare(out, ref_out)
-    grad_diff, grad_scale = compare(grads, ref_grads)
     return {
         "transformers": __import__("transformers").__version__,
         "enabled": enabled,
         "restored": restored,
         "refused": refused,
         "after_disable_diff": max(max_diff(a.detach(), ref_out["vision_%d" % i]) for i, a in enumerate(again)),
-        "outputs": sorted(out),
-        "out_diff": out_diff,
-        "out_scale": out_scale,
-        "grad_diff": grad_diff,
-        "grad_scale": grad_scale,
-        "params": len(grads),
-        "params_with_grad": sum(1 for g in ref_grads.values() if float(g.abs().max()) > 0),
+        **worker_common.parity_record(out, ref_out, grads, ref_grads),
         # Sharded: the vision module runs once per vision call (two with the full model).
         "seen_rows": seen_sharded,
         "plan_local_patch_rows": plan.ranks[rank].local_patch_rows,

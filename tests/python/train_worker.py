@@ -270,8 +270,6 @@ def parity(rank, world, group, ref, m, inputs, enable=None, seen=None, averaged=
         seen.remove()
     # The plan hf.enable makes: it costs this tower (frameshard.tower_dims of its config).
     plan = frameshard.plan(inputs["image_grid_thw"], world, SHARD_ALL, tower=frameshard.tower_dims(m.visual.config))
-    out_diff, out_scale = compare(out, ref_out)
-    grad_diff, grad_scale = compare(grads, ref_grads) if ref_grads else (0.0, 0.0)
     errors = {}
     if truth is not None:
         true_out, true_grads, _ = step(truth[0], truth[1], rank, world, group, **dict(kw, autocast=None))
@@ -285,13 +283,7 @@ def parity(rank, world, group, ref, m, inputs, enable=None, seen=None, averaged=
         **errors,
         "path": plan.path,
         "enabled": enabled,
-        "outputs": sorted(out),
-        "out_diff": out_diff,
-        "out_scale": out_scale,
-        "grad_diff": grad_diff,
-        "grad_scale": grad_scale,
-        "params": len(grads),
-        "params_with_grad": sum(1 for g in ref_grads.values() if float(g.abs().max()) > 0),
+        **worker_common.parity_record(out, ref_out, grads, ref_grads),
         "seen_rows": seen.rows,
         "plan_local_patch_rows": plan.ranks[rank].local_patch_rows,
         "total_patch_rows": plan.total_patch_rows,

@@ -21,6 +21,8 @@ import traceback
 import torch
 import torch.distributed as dist
 
+import frameshard
+
 
 def rank_weights(like, rank, salt):
     """Loss weights of rank `rank`: a fixed random tensor shaped and typed like `like`. The values
@@ -59,6 +61,33 @@ def compare(sharded, replicated):
         diff = max(diff, max_diff(sharded[key], replicated[key]))
         scale = max(scale, float(replicated[key].double().abs().max()) if replicated[key].numel() else 0.0)
     return diff, scale
+
+
+def raised(call, errors=frameshard.FrameshardError):
+    """{"raised": the error's type name or None, "message": its text or ""} of `call()`: what a
+    scenario that must fail alike on every rank reports. `errors`: the exception types caught
+    (default frameshard.FrameshardError: anything else fails the scenario)."""
+    try:
+        call()
+    except errors as e:
+        return {"raised": type(e).__name__, "message": str(e)}
+    return {"raised": None, "message": ""}
+
+
+def parity_record(out, ref_out, grads, ref_grads):
+    """What harness.assert_parity reads of a sharded step against the replicated one: the output
+    names, the outputs' and the gradients' largest differences and scales, the parameter counts."""
+    out_diff, out_scale = compare(out, ref_out)
+    grad_diff, grad_scale = compare(grads, ref_grads) if ref_grads else (0.0, 0.0)
+    return {
+        "outputs": sorted(out),
+        "out_diff": out_diff,
+        "out_scale": out_scale,
+        "grad_diff": grad_diff,
+        "grad_scale": grad_scale,
+        "params": len(grads),
+        "params_with_grad": sum(1 for g in ref_grads.values() if float(g.abs().max()) > 0),
+    }
 
 
 def main(scenarios, default=None):
@@ -106,6 +135,4 @@ def main(scenarios, default=None):
     finally:
         # No Gloo work left to interpreter teardown (issue 38); the barrier only where every rank
         # got here: after an error the peers may never reach it.
-        import frameshard
-
         frameshard.shut_down(peers_alive=finished)
