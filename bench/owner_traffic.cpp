@@ -45,7 +45,7 @@ Traffic simulate(
   Traffic t;
   for (int64_t s = 0; s < steps; ++s) {
     const train::BatchLayout b = train::synthetic_batch(
-        cfg.data, o.layout, cfg.model.vocab_size, 2 * cp, s, 0);
+        cfg.data, o.layout, {cfg.model.vocab_size, 2 * cp, s, 0});
     std::vector<int64_t> pos;
     for (size_t p = 0; p < b.tokens.size(); ++p) {
       if (b.tokens[p] == train::kMediaToken) {

@@ -6,7 +6,11 @@
 # A layer's files are its sources (src/<layer>/) and its public headers. The
 # rule is a regular expression over the text of #include lines; a match is a
 # violation. Layers are listed bottom-up: each may include those below it.
-#   core     torch-free: no ATen, c10, torch, c10d; nothing above it
+#   core     the planning, torch-free: no ATen, c10, torch, c10d; no
+#            yaml-cpp or nlohmann-json and no io layer; nothing above it
+#   io       (src/io and the config, manifest and xml headers, the core.h
+#            umbrella) config and file formats: core's rule but for the io
+#            layer itself
 #   tower    ATen only: no c10d; no model, no runtime
 #   models   no c10d, no runtime
 #   runtime  no model
@@ -29,10 +33,15 @@ set(_dist "(c10d|torch/csrc/distributed)/|frameshard/runtime/|\"runtime/")
 set(_models "frameshard/models/|\"models/")
 set(_tower "frameshard/tower\\.h|\"tower/")
 set(_train "frameshard/train/|\"train/")
+set(_io_headers include/frameshard/config.h include/frameshard/media_manifest.h
+    include/frameshard/xml.h include/frameshard/core.h)
+set(_io "\"io/|frameshard/(config|media_manifest|xml|core)\\.h|yaml-cpp/|nlohmann/")
 
 # name | globs (relative to the root) | forbidden-include regex
 set(_layer_core_globs src/core/*.cpp src/core/*.h include/frameshard/*.h)
-set(_layer_core_rule "${_torch}|${_dist}|${_models}|${_tower}|${_train}")
+set(_layer_core_rule "${_torch}|${_dist}|${_models}|${_tower}|${_train}|${_io}")
+set(_layer_io_globs src/io/*.cpp src/io/*.h ${_io_headers})
+set(_layer_io_rule "${_torch}|${_dist}|${_models}|${_tower}|${_train}")
 set(_layer_tower_globs src/tower/*.cpp src/tower/*.h include/frameshard/tower.h)
 set(_layer_tower_rule "${_dist}|${_models}|${_train}")
 set(_layer_models_globs src/models/*.cpp src/models/*.h
@@ -45,11 +54,13 @@ set(_layer_parity_globs src/parity/*.cpp src/parity/*.h)
 set(_layer_parity_rule "${_models}|${_train}")
 set(_layer_dist_tests_globs tests/dist/*.cpp tests/testing/*.cpp tests/testing/*.h)
 set(_layer_dist_tests_rule "${_models}|${_train}|qwen_fixtures\\.h")
-# Top-level headers that are not core: the tower contract and the umbrella.
-set(_core_exempt include/frameshard/tower.h include/frameshard/frameshard.h)
+# Top-level headers that are not core: the tower contract, the umbrella and
+# the io layer's.
+set(_core_exempt include/frameshard/tower.h include/frameshard/frameshard.h
+    ${_io_headers})
 
 set(_violations "")
-foreach(layer core tower models runtime parity dist_tests)
+foreach(layer core io tower models runtime parity dist_tests)
   set(_files "")
   foreach(g IN LISTS _layer_${layer}_globs)
     file(GLOB _found RELATIVE ${FRAMESHARD_LAYERS_ROOT}

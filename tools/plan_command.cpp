@@ -80,7 +80,7 @@ std::vector<Candidate> compare_partitioners(const ShardPlan& plan) {
   }
   double best = 0.0;
   for (const Candidate& c : out) {
-    if (c.method == Partitioner::kOptimal) {
+    if (traits(c.method).exact) {
       best = c.partition.max_cost();
     }
   }

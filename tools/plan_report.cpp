@@ -417,8 +417,7 @@ std::string plan_svg(const PlanReport& rep) {
     p.ratio_to_optimal = c.ratio_to_optimal;
     p.costs = c.partition.rank_costs;
     p.mean = c.partition.mean_cost();
-    p.fill = c.method == Partitioner::kOptimal && !plan.split ? "#2b7bba"
-                                                              : "#999999";
+    p.fill = traits(c.method).exact && !plan.split ? "#2b7bba" : "#999999";
     panels.push_back(std::move(p));
   }
   if (plan.split) {

@@ -43,6 +43,33 @@ namespace frameshard {
 
 enum class Partitioner { kOptimal, kGreedy, kCount, kLpt };
 
+/// What the rest of the library may assume of a partitioner; adding one is
+/// an entry here (and its algorithm in partition_costs).
+struct PartitionerTraits {
+  const char* name;  // config / CLI spelling, to_string's text
+  /// Blocks of consecutive units (Partition::cuts); lpt permutes instead.
+  bool contiguous;
+  /// Attains the minimum maximum block cost (optimal_bottleneck), so its
+  /// max cost is the reference the others and split plans are weighed by.
+  bool exact;
+  /// make_plan may split frames across ranks on top of its partition.
+  bool supports_split;
+};
+
+constexpr PartitionerTraits traits(Partitioner p) {
+  switch (p) {
+    case Partitioner::kOptimal:
+      return {"optimal", true, true, true};
+    case Partitioner::kGreedy:
+      return {"greedy", true, false, false};
+    case Partitioner::kCount:
+      return {"count", true, false, false};
+    case Partitioner::kLpt:
+      return {"lpt", false, false, false};
+  }
+  return {"unknown", false, false, false};
+}
+
 std::string to_string(Partitioner p);
 /// Most ranks a partition (and a plan, and distributed.cp_size) may have.
 constexpr int64_t kMaxWorld = 65536;

@@ -13,8 +13,9 @@
 //   mixed  1 or 2 huge images (8k to 16k patches) at random positions
 //          among 128 to 512 small frames (256 to 1,024 patches) that come as
 //          short videos (2 to 16 units) and single images
-//   grpo   one GRPO group: a mixed-like prompt (drawn as `mixed` draws,
-//          from the grpo stream) sampled kGrpoPresetGroupSize = 8 times,
+//   grpo   one GRPO group: a prompt (grpo_prompt_workload: one huge image
+//          among 16 to 64 small frame units, drawn as `mixed` draws from
+//          the grpo stream) sampled kGrpoPresetGroupSize = 8 times,
 //          each sample carrying the prompt's media: the prompt's grid rows
 //          8 times over, media_ids marking the repeats (row i of copy c has
 //          id i), so frame_sharding.dedup can encode them once
@@ -67,6 +68,12 @@ struct Workload {
 };
 
 std::vector<std::string> workload_preset_names();
+/// The prompt that preset_workload("grpo", seed) repeats (its first
+/// grid.size() / kGrpoPresetGroupSize rows): mixed's draws with an eighth
+/// of its small frames and one huge image, so a group of 8 samples packs
+/// about the rows and tokens of one mixed microbatch. The training data's grpo
+/// preset draws its prompts here.
+Workload grpo_prompt_workload(uint64_t seed);
 /// Throws frameshard::Error listing the presets for an unknown name.
 Workload preset_workload(const std::string& name, uint64_t seed = 0);
 /// Parses JSON text; errors name the field, expected and actual value.

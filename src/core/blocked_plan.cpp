@@ -138,7 +138,7 @@ ShardPlan make_blocked_plan(
   part.world = opts.world;
   part.assignment.resize(plan.unit_costs.size());
   part.rank_costs.assign(static_cast<size_t>(opts.world), 0.0);
-  const bool contiguous = opts.partitioner != Partitioner::kLpt;
+  const bool contiguous = traits(opts.partitioner).contiguous;
   if (contiguous) {
     part.cuts.assign(static_cast<size_t>(opts.world + 1), 0);
   }
@@ -161,7 +161,7 @@ ShardPlan make_blocked_plan(
   if (contiguous) {
     part.cuts.back() = unit_blocks.back();
   }
-  if (opts.partitioner == Partitioner::kOptimal) {
+  if (traits(opts.partitioner).exact) {
     plan.unsplit_max_cost = part.max_cost();
   }
   SplitPartition sp;

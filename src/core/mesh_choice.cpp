@@ -14,10 +14,6 @@ namespace frameshard {
 
 namespace {
 
-std::string ms(double seconds) {
-  return internal::milliseconds_text(seconds);
-}
-
 std::string fixed2(double v) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%.2f", v);
@@ -219,6 +215,7 @@ void choose_mesh_mode(
   const double cp_only = c.cp_only.total();
   const std::string gain = fixed2(c.gain());
   const std::string bound = "mesh_min_gain " + fixed2(options.min_gain);
+  const auto ms = internal::milliseconds_text;
   if (mesh <= cp_only * (1.0 - options.min_gain) && mesh < cp_only) {
     std::swap(mp.plan, other);
     c.reason = "mesh: " + ms(mesh) + " against cp-only " + ms(cp_only) +

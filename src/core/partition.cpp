@@ -490,17 +490,7 @@ std::vector<int64_t> lpt_assignment(
 }  // namespace
 
 std::string to_string(Partitioner p) {
-  switch (p) {
-    case Partitioner::kOptimal:
-      return "optimal";
-    case Partitioner::kGreedy:
-      return "greedy";
-    case Partitioner::kCount:
-      return "count";
-    case Partitioner::kLpt:
-      return "lpt";
-  }
-  return "unknown";
+  return traits(p).name;
 }
 
 Partitioner parse_partitioner(const std::string& name, const char* field) {
@@ -554,7 +544,7 @@ Partition partition_costs(
   const int64_t n = static_cast<int64_t>(costs.size());
   const int64_t k = world;
 
-  if (method == Partitioner::kLpt) {
+  if (!traits(method).contiguous) {
     Partition p;
     p.method = method;
     p.world = world;

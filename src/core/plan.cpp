@@ -310,7 +310,7 @@ void check_plan_options(const PlanOptions& opts) {
       "], got ",
       opts.min_local_patch_rows);
   FRAMESHARD_CHECK(
-      !opts.split.enabled || opts.partitioner == Partitioner::kOptimal,
+      !opts.split.enabled || traits(opts.partitioner).supports_split,
       "make_plan",
       "options.split.enabled: expected partitioner optimal (frames are split "
       "by the optimal partitioner only), got ",
@@ -353,7 +353,7 @@ ShardPlan make_plan(const std::vector<GridThw>& grid, const PlanOptions& opts) {
   plan.reason = decision.reason;
   // The auto policy weighs the whole-frame partition (a split plan only
   // lowers the slowest rank further).
-  if (opts.partitioner == Partitioner::kOptimal) {
+  if (traits(opts.partitioner).exact) {
     plan.unsplit_max_cost = plan.partition.max_cost();
   }
   if (opts.split.enabled && plan.path == PlanPath::kSharded) {

@@ -10,14 +10,6 @@
 
 namespace frameshard {
 
-namespace {
-
-std::string ms(double seconds) {
-  return internal::milliseconds_text(seconds);
-}
-
-}  // namespace
-
 std::string to_string(PolicyKind kind) {
   return kind == PolicyKind::kAuto ? "auto" : "threshold";
 }
@@ -174,6 +166,7 @@ PolicyDecision decide_policy(
   const PolicyEstimate e =
       estimate_policy(options, cost, frames, unit_costs, partition);
   const double saving = e.saving_seconds();
+  const auto ms = internal::milliseconds_text;
   if (saving > e.gather_seconds) {
     return {true, "saving " + ms(saving) + " > gather " + ms(e.gather_seconds)};
   }

@@ -18,9 +18,12 @@
 //          Sized so no single image exceeds a rank's fair share at cp 4: the
 //          case where the cost model and the partitioner decide the balance
 //   grpo   one GRPO group (verl / AReaL sample every prompt G times, and
-//          each sample carries the prompt's images): a mixed prompt drawn
-//          from the grpo stream, its rows repeated kGrpoPresetGroupSize
-//          times, media_ids saying which rows are the same item
+//          each sample carries the prompt's images): a prompt drawn like
+//          mixed with an eighth of its small frames (16 to 64 units) and one
+//          huge image, so the group is about one mixed microbatch, from the
+//          grpo stream,
+//          its rows repeated kGrpoPresetGroupSize times, media_ids saying
+//          which rows are the same item
 // Image shapes draw an aspect ratio w/h log-uniform in [0.5, 2] and round
 // to multiples of the merge size; the realized patch count stays inside the
 // preset's range. Everything uses integer arithmetic on a splitmix64 stream
@@ -141,13 +144,19 @@ uint64_t name_salt(const std::string& name) {
   return h;
 }
 
+// One image of lo to hi patches (log-uniform), its shape drawn after.
+GridThw draw_image(
+    SplitMix64& rng, int64_t lo, int64_t hi, const MediaLayout& layout) {
+  const int64_t p = log_uniform(rng, lo, hi);
+  const auto hw = draw_shape(rng, p, lo, hi, layout.spatial_merge_size);
+  return {1, hw.first, hw.second};
+}
+
 Workload make_doc(SplitMix64& rng, const MediaLayout& layout) {
   Workload wl;
   const int64_t samples = rng.uniform(8, 16);
   for (int64_t s = 0; s < samples; ++s) {
-    const int64_t p = log_uniform(rng, 2048, 65536);
-    const auto hw = draw_shape(rng, p, 2048, 65536, layout.spatial_merge_size);
-    wl.grid.push_back({1, hw.first, hw.second});
+    wl.grid.push_back(draw_image(rng, 2048, 65536, layout));
   }
   return wl;
 }
@@ -157,9 +166,7 @@ Workload make_multi(SplitMix64& rng, const MediaLayout& layout) {
   for (int s = 0; s < 8; ++s) {
     const int64_t images = rng.uniform(2, 8);
     for (int64_t i = 0; i < images; ++i) {
-      const int64_t p = log_uniform(rng, 1024, 5120);
-      const auto hw = draw_shape(rng, p, 1024, 5120, layout.spatial_merge_size);
-      wl.grid.push_back({1, hw.first, hw.second});
+      wl.grid.push_back(draw_image(rng, 1024, 5120, layout));
     }
   }
   return wl;
@@ -184,35 +191,50 @@ Workload make_video(SplitMix64& rng, const MediaLayout& layout) {
   return wl;
 }
 
-Workload make_mixed(SplitMix64& rng, const MediaLayout& layout) {
-  const int64_t merge = layout.spatial_merge_size;
+// The mixed draws: small_lo to small_hi small frame units and 1 to
+// huge_hi huge images (the grpo prompt draws fewer of both).
+Workload make_mixed(
+    SplitMix64& rng,
+    const MediaLayout& layout,
+    int64_t small_lo = 128,
+    int64_t small_hi = 512,
+    int64_t huge_hi = 2) {
   Workload wl;
-  const int64_t target = rng.uniform(128, 512);
+  const int64_t target = rng.uniform(small_lo, small_hi);
   int64_t small = 0;
   while (small < target) {
-    const int64_t p = log_uniform(rng, 256, 1024);
-    const auto hw = draw_shape(rng, p, 256, 1024, merge);
-    int64_t t = 1;
+    GridThw g = draw_image(rng, 256, 1024, layout);
     if (rng.below(2) == 0) {  // a short video, else a single image
-      t = std::min(rng.uniform(2, 16), target - small);
+      g.t = std::min(rng.uniform(2, 16), target - small);
     }
-    wl.grid.push_back({t, hw.first, hw.second});
-    small += t;
+    wl.grid.push_back(g);
+    small += g.t;
   }
-  const int64_t huge = rng.uniform(1, 2);
+  const int64_t huge = rng.uniform(1, huge_hi);
   for (int64_t i = 0; i < huge; ++i) {
-    const int64_t p = log_uniform(rng, 8192, 16384);
-    const auto hw = draw_shape(rng, p, 8192, 16384, merge);
+    const GridThw g = draw_image(rng, 8192, 16384, layout);
     const auto pos = static_cast<std::ptrdiff_t>(rng.below(wl.grid.size() + 1));
-    wl.grid.insert(wl.grid.begin() + pos, GridThw{1, hw.first, hw.second});
+    wl.grid.insert(wl.grid.begin() + pos, g);
   }
   return wl;
+}
+
+// A grpo prompt: mixed with an eighth of its small frames and one huge
+// image, so a group of kGrpoPresetGroupSize samples packs about the rows
+// and tokens of one mixed microbatch.
+Workload make_grpo_prompt(SplitMix64& rng, const MediaLayout& layout) {
+  return make_mixed(
+      rng,
+      layout,
+      128 / kGrpoPresetGroupSize,
+      512 / kGrpoPresetGroupSize,
+      /*huge_hi=*/1);
 }
 
 // A prompt's media, then the same rows for each further sample of its
 // group; row i of every copy has id i.
 Workload make_grpo(SplitMix64& rng, const MediaLayout& layout) {
-  const Workload prompt = make_mixed(rng, layout);
+  const Workload prompt = make_grpo_prompt(rng, layout);
   Workload wl;
   for (int64_t c = 0; c < kGrpoPresetGroupSize; ++c) {
     wl.grid.insert(wl.grid.end(), prompt.grid.begin(), prompt.grid.end());
@@ -227,6 +249,13 @@ Workload make_grpo(SplitMix64& rng, const MediaLayout& layout) {
 
 std::vector<std::string> workload_preset_names() {
   return {"doc", "multi", "video", "mixed", "grpo"};
+}
+
+Workload grpo_prompt_workload(uint64_t seed) {
+  SplitMix64 rng(seed ^ name_salt("grpo"));
+  Workload wl = make_grpo_prompt(rng, MediaLayout{});
+  wl.name = "grpo";
+  return wl;
 }
 
 Workload preset_workload(const std::string& name, uint64_t seed) {

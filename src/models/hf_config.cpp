@@ -3,7 +3,7 @@
 // and the file's layout; typed field I/O is json_fields.cpp.
 #include <frameshard/models/hf_config.h>
 
-#include "core/json_text.h"
+#include "io/json_text.h"
 #include "models/file_checks.h"
 #include "models/json_fields.h"
 #include "models/radio_json.h"

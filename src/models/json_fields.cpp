@@ -3,7 +3,7 @@
 
 #include <frameshard/models/hf_config.h>
 
-#include "core/json_text.h"
+#include "io/json_text.h"
 #include "tower/check.h"
 
 #include <cmath>

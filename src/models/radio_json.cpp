@@ -1,7 +1,7 @@
 // Nemotron Omni's config.json fields (see radio_json.h).
 #include "models/radio_json.h"
 
-#include "core/json_text.h"
+#include "io/json_text.h"
 #include "tower/check.h"
 
 namespace frameshard {

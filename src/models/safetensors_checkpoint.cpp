@@ -1,6 +1,6 @@
 // SafetensorsCheckpoint: one safetensors file or a sharded
 // model.safetensors.index.json (see frameshard/models/safetensors.h).
-#include "core/json_text.h"
+#include "io/json_text.h"
 #include "models/file_checks.h"
 #include "models/safetensors_detail.h"
 

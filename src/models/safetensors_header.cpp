@@ -2,7 +2,7 @@
 // safetensors_detail.h).
 #include "models/safetensors_detail.h"
 
-#include "core/json_text.h"
+#include "io/json_text.h"
 
 #include <nlohmann/json.hpp>
 

@@ -67,31 +67,46 @@ class TextStream {
   uint64_t last_ = 0;
 };
 
+// The text stream of one (step, replica), salted away from its preset draw.
+uint64_t text_seed(const DataConfig& data, const BatchRequest& r) {
+  return step_seed(data.seed, r.step, r.dp_rank) ^ kTextSalt;
+}
+
 void check_common(
-    const char* fn,
-    const DataConfig& data,
-    int64_t vocab_size,
-    int64_t pad_multiple,
-    int64_t step,
-    int64_t dp_rank) {
+    const char* fn, const DataConfig& data, const BatchRequest& r) {
   FRAMESHARD_CHECK(
-      vocab_size > kFirstTextToken,
+      r.vocab_size > kFirstTextToken,
       fn,
       "expected vocab_size >= ",
       kFirstTextToken + 1,
       " (ids below ",
       kFirstTextToken,
       " are padding and media), got ",
-      vocab_size);
+      r.vocab_size);
   FRAMESHARD_CHECK(
-      pad_multiple >= 1, fn, "expected pad_multiple >= 1, got ", pad_multiple);
-  FRAMESHARD_CHECK(step >= 0, fn, "expected step >= 0, got ", step);
-  FRAMESHARD_CHECK(dp_rank >= 0, fn, "expected dp_rank >= 0, got ", dp_rank);
+      r.pad_multiple >= 1,
+      fn,
+      "expected pad_multiple >= 1, got ",
+      r.pad_multiple);
+  FRAMESHARD_CHECK(r.step >= 0, fn, "expected step >= 0, got ", r.step);
+  FRAMESHARD_CHECK(
+      r.dp_rank >= 0, fn, "expected dp_rank >= 0, got ", r.dp_rank);
   FRAMESHARD_CHECK(
       data.scale >= 1,
       fn,
       "data.scale: expected a positive integer, got ",
       data.scale);
+}
+
+// The sources that place replicas by dp_size (grpo, manifests) need it.
+void check_dp_size(const char* fn, const BatchRequest& r) {
+  FRAMESHARD_CHECK(
+      r.dp_size >= 1 && r.dp_rank < r.dp_size,
+      fn,
+      "expected 0 <= dp_rank < dp_size, got dp_rank ",
+      r.dp_rank,
+      " and dp_size ",
+      r.dp_size);
 }
 
 // The sequence: text_runs[i] text tokens, medium i, ..., text_runs.back()
@@ -101,13 +116,12 @@ BatchLayout build_layout(
     std::vector<GridThw> grid,
     const std::vector<int64_t>& text_runs,
     const MediaLayout& layout,
-    int64_t vocab_size,
-    int64_t pad_multiple,
+    const BatchRequest& r,
     uint64_t text_seed) {
   expand_frames(grid, layout);  // validates the rows against the layout
   const int64_t cell = layout.spatial_merge_size * layout.spatial_merge_size;
   BatchLayout b;
-  TextStream text(text_seed, vocab_size);
+  TextStream text(text_seed, r.vocab_size);
   auto add_text = [&](int64_t n) {
     for (int64_t k = 0; k < n; ++k) {
       b.tokens.push_back(text.next(k == 0));
@@ -123,7 +137,7 @@ BatchLayout build_layout(
   }
   add_text(text_runs.back());
   const auto padded = static_cast<std::size_t>(
-      (b.seq_len() + pad_multiple - 1) / pad_multiple * pad_multiple);
+      (b.seq_len() + r.pad_multiple - 1) / r.pad_multiple * r.pad_multiple);
   b.tokens.resize(padded, kPadToken);
   b.labels.assign(padded, kIgnoreLabel);
   bool any_label = false;
@@ -160,11 +174,7 @@ BatchLayout grpo_batch(
     const char* fn,
     const DataConfig& data,
     const MediaLayout& layout,
-    int64_t vocab_size,
-    int64_t pad_multiple,
-    int64_t step,
-    int64_t dp_rank,
-    int64_t dp_size) {
+    const BatchRequest& r) {
   FRAMESHARD_CHECK(
       data.group_size >= 1,
       fn,
@@ -176,13 +186,7 @@ BatchLayout grpo_batch(
       "data.group_order: expected one of spread, contiguous, got \"",
       data.group_order,
       "\"");
-  FRAMESHARD_CHECK(
-      dp_size >= 1 && dp_rank < dp_size,
-      fn,
-      "expected 0 <= dp_rank < dp_size, got dp_rank ",
-      dp_rank,
-      " and dp_size ",
-      dp_size);
+  check_dp_size(fn, r);
   const int64_t g = data.group_size;
   const bool spread = data.group_order == "spread";
   std::map<int64_t, std::vector<GridThw>> prompts;  // drawn once each
@@ -190,17 +194,16 @@ BatchLayout grpo_batch(
   std::vector<uint64_t> seeds;
   for (int64_t k = 0; k < g; ++k) {
     // This replica's k-th sample in the step's prompt-major order.
-    const int64_t sample = spread ? k * dp_size + dp_rank : dp_rank * g + k;
+    const int64_t sample =
+        spread ? k * r.dp_size + r.dp_rank : r.dp_rank * g + k;
     const int64_t p = sample / g;
-    const uint64_t ps = prompt_seed(data.seed, step, p);
+    const uint64_t ps = prompt_seed(data.seed, r.step, p);
     auto it = prompts.find(p);
     if (it == prompts.end()) {
-      it =
-          prompts
-              .emplace(
-                  p,
-                  scaled(preset_workload("mixed", ps).grid, layout, data.scale))
-              .first;
+      it = prompts
+               .emplace(
+                   p, scaled(grpo_prompt_workload(ps).grid, layout, data.scale))
+               .first;
     }
     for (std::size_t m = 0; m < it->second.size(); ++m) {
       grid.push_back(it->second[m]);
@@ -208,14 +211,8 @@ BatchLayout grpo_batch(
     }
   }
   const std::vector<int64_t> runs(grid.size() + 1, data.text_tokens);
-  BatchLayout b = build_layout(
-      fn,
-      std::move(grid),
-      runs,
-      layout,
-      vocab_size,
-      pad_multiple,
-      step_seed(data.seed, step, dp_rank) ^ kTextSalt);
+  BatchLayout b =
+      build_layout(fn, std::move(grid), runs, layout, r, text_seed(data, r));
   b.media_seed = std::move(seeds);
   return b;
 }
@@ -223,15 +220,9 @@ BatchLayout grpo_batch(
 }  // namespace
 
 BatchLayout synthetic_batch(
-    const DataConfig& data,
-    const MediaLayout& layout,
-    int64_t vocab_size,
-    int64_t pad_multiple,
-    int64_t step,
-    int64_t dp_rank,
-    int64_t dp_size) {
+    const DataConfig& data, const MediaLayout& layout, const BatchRequest& r) {
   const char* fn = "train::synthetic_batch";
-  check_common(fn, data, vocab_size, pad_multiple, step, dp_rank);
+  check_common(fn, data, r);
   const auto presets = workload_preset_names();
   if (std::find(presets.begin(), presets.end(), data.preset) == presets.end()) {
     std::string names;
@@ -252,43 +243,25 @@ BatchLayout synthetic_batch(
       "data.text_tokens: expected a positive integer, got ",
       data.text_tokens);
   if (data.preset == "grpo") {
-    return grpo_batch(
-        fn, data, layout, vocab_size, pad_multiple, step, dp_rank, dp_size);
+    return grpo_batch(fn, data, layout, r);
   }
-  const uint64_t seed = step_seed(data.seed, step, dp_rank);
+  const uint64_t seed = step_seed(data.seed, r.step, r.dp_rank);
   std::vector<GridThw> grid =
       scaled(preset_workload(data.preset, seed).grid, layout, data.scale);
   const std::vector<int64_t> runs(grid.size() + 1, data.text_tokens);
-  return build_layout(
-      fn,
-      std::move(grid),
-      runs,
-      layout,
-      vocab_size,
-      pad_multiple,
-      seed ^ kTextSalt);
+  return build_layout(fn, std::move(grid), runs, layout, r, seed ^ kTextSalt);
 }
 
 BatchLayout manifest_batch(
     const std::vector<ManifestSample>& samples,
     const DataConfig& data,
     const MediaLayout& layout,
-    int64_t vocab_size,
-    int64_t pad_multiple,
-    int64_t step,
-    int64_t dp_rank,
-    int64_t dp_size) {
+    const BatchRequest& r) {
   const char* fn = "train::manifest_batch";
-  check_common(fn, data, vocab_size, pad_multiple, step, dp_rank);
+  check_common(fn, data, r);
   FRAMESHARD_CHECK(
       !samples.empty(), fn, "expected at least one sample, got none");
-  FRAMESHARD_CHECK(
-      dp_size >= 1 && dp_rank < dp_size,
-      fn,
-      "expected 0 <= dp_rank < dp_size, got dp_rank ",
-      dp_rank,
-      " and dp_size ",
-      dp_size);
+  check_dp_size(fn, r);
   FRAMESHARD_CHECK(
       data.samples_per_step >= 1,
       fn,
@@ -297,7 +270,7 @@ BatchLayout manifest_batch(
   // (step * dp_size + dp_rank) * samples_per_step, modulo n without
   // overflow.
   const auto n = static_cast<int64_t>(samples.size());
-  const int64_t slot = ((step % n) * (dp_size % n) + dp_rank % n) % n;
+  const int64_t slot = ((r.step % n) * (r.dp_size % n) + r.dp_rank % n) % n;
   int64_t index = slot * (data.samples_per_step % n) % n;
   std::vector<GridThw> grid;
   std::vector<int64_t> runs{0};
@@ -330,9 +303,8 @@ BatchLayout manifest_batch(
       scaled(std::move(grid), layout, data.scale),
       runs,
       layout,
-      vocab_size,
-      pad_multiple,
-      step_seed(data.seed, step, dp_rank) ^ kTextSalt);
+      r,
+      text_seed(data, r));
 }
 
 }  // namespace train

@@ -7,8 +7,8 @@
 
 #include <frameshard/error.h>
 
-#include "core/jsonl_lines.h"
-#include "core/manifest_fields.h"
+#include "io/jsonl_lines.h"
+#include "io/manifest_fields.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,5 @@
 // The rule table of a recipe's model, data and train sections (see
-// recipe_rules.h): typed readers from core/config_values.h, one value check
+// recipe_rules.h): typed readers from io/config_values.h, one value check
 // per field, and the writer to_yaml() uses.
 #include "train/recipe_rules.h"
 

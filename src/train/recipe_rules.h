@@ -5,13 +5,13 @@
 // says how to read it from YAML, how to re-check a value set from code and
 // how to write it back, so parsing, overrides, validate() and to_yaml()
 // cannot drift apart. Errors use core's typed readers and wording
-// (core/config_values.h): "frameshard::config: model.text_layers: expected a
+// (io/config_values.h): "frameshard::config: model.text_layers: expected a
 // positive integer, got -2 (in recipe.yaml:7)".
 #pragma once
 
 #include <frameshard/train/train_config.h>
 
-#include "core/config_values.h"
+#include "io/config_values.h"
 
 #include <yaml-cpp/yaml.h>
 

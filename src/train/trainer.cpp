@@ -231,26 +231,16 @@ const PlanOptions& Trainer::plan_options() const {
 
 BatchLayout Trainer::batch(int64_t step) const {
   const State& s = *state_;
-  const int64_t pad = 2 * s.cp;
+  BatchRequest r;
+  r.vocab_size = s.config.model.vocab_size;
+  r.pad_multiple = 2 * s.cp;
+  r.step = step;
+  r.dp_rank = dp_rank();
+  r.dp_size = s.dp;
   if (!s.manifest.empty()) {
-    return manifest_batch(
-        s.manifest,
-        s.config.data,
-        s.plan.layout,
-        s.config.model.vocab_size,
-        pad,
-        step,
-        dp_rank(),
-        s.dp);
+    return manifest_batch(s.manifest, s.config.data, s.plan.layout, r);
   }
-  return synthetic_batch(
-      s.config.data,
-      s.plan.layout,
-      s.config.model.vocab_size,
-      pad,
-      step,
-      dp_rank(),
-      s.dp);
+  return synthetic_batch(s.config.data, s.plan.layout, r);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Trainer::named_parameters()

@@ -14,7 +14,7 @@ PY=/usr/bin/python3
 source "$(dirname "$0")/lib.sh"
 FS=distributed.multimodal.vision.frame_sharding
 
-# Groups of 4, small frames: a prompt is about 330 frame units of 4 rows.
+# Groups of 4, small frames: a prompt is about 40 frame units of 4 rows.
 GRPO=(--data.preset grpo --data.group_size 4 --data.scale 24
   --data.text_tokens 4)
 
@@ -33,7 +33,7 @@ for k in ("frames_total", "frames_distinct", "rows_total", "rows_distinct",
           "hash_seconds"):
     assert len(sh[k]) == 2 and len(rep[k]) == 2, k
 for t, d in zip(sh["frames_total"], sh["frames_distinct"]):
-    assert t == 4 * d and d > 100, (t, d)
+    assert t == 4 * d and d >= 17, (t, d)
 assert sh["rows_total"] == rep["rows_total"], (sh["rows_total"], rep["rows_total"])
 assert rep["rows_distinct"] == rep["rows_total"], rep["rows_distinct"]
 assert sum(sh["tower_rows_per_rank"]) == sh["rows_distinct"][-1], sh

@@ -5,7 +5,7 @@
 // layout; and the dataset reader of analyze and plan --manifest
 // (frameshard::parse_media_manifest) must read every input the training
 // reader accepts into the same grids and text runs (one reading of
-// grid_thw and text_tokens, src/core/manifest_fields.h).
+// grid_thw and text_tokens, src/io/manifest_fields.h).
 //
 // Usage (a -DFRAMESHARD_FUZZ=ON build):
 //   build-fuzz/tests/fuzz/manifest_fuzz tests/fuzz/corpus/manifest

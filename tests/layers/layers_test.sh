@@ -3,7 +3,8 @@
 # naming the file and the include, on each deliberate violation: a core
 # source including ATen, a models source including c10d, the runtime
 # including a model, the tower contract including the runtime, a core public
-# header including torch, the parity harness including a model.
+# header including torch, the parity harness including a model, the
+# planning including the io layer (config, JSON, yaml) and io including torch.
 # Usage: bash tests/layers/layers_test.sh <repo-root>
 set -eu
 ROOT=${1:?usage: layers_test.sh <repo-root>}
@@ -37,6 +38,12 @@ violate() {  # violate <file> <include line> <expected text in the error>
 violate src/core/plan.cpp '#include <ATen/ATen.h>' 'src/core/plan.cpp: core must not include <ATen/ATen.h>'
 violate src/core/plan.cpp '#include <frameshard/tower.h>' 'core must not include <frameshard/tower.h>'
 violate include/frameshard/plan.h '#include <torch/torch.h>' 'include/frameshard/plan.h: core must not include <torch/torch.h>'
+violate src/core/plan.cpp '#include "io/json_text.h"' 'src/core/plan.cpp: core must not include "io/json_text.h"'
+violate src/core/policy.cpp '#include <frameshard/config.h>' 'src/core/policy.cpp: core must not include <frameshard/config.h>'
+violate include/frameshard/plan.h '#include <nlohmann/json.hpp>' 'include/frameshard/plan.h: core must not include <nlohmann/json.hpp>'
+violate src/core/partition.cpp '#include <yaml-cpp/yaml.h>' 'core must not include <yaml-cpp/yaml.h>'
+violate src/io/config.cpp '#include <ATen/ATen.h>' 'src/io/config.cpp: io must not include <ATen/ATen.h>'
+violate include/frameshard/config.h '#include "train/trainer.h"' 'include/frameshard/config.h: io must not include "train/trainer.h"'
 violate src/models/qwen2_vl.cpp '#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>' 'models must not include'
 violate src/models/qwen2_vl.cpp '#include <frameshard/runtime/gather.h>' 'models must not include <frameshard/runtime/gather.h>'
 violate include/frameshard/models/toy_tower.h '#include <c10d/Types.hpp>' 'models must not include <c10d/Types.hpp>'

@@ -83,8 +83,8 @@ DataConfig data_for(const std::string& preset, int64_t scale = 8) {
 
 TEST(SyntheticBatch, IsDeterministicInConfigStepAndRank) {
   const DataConfig d = data_for("mixed");
-  const BatchLayout a = synthetic_batch(d, kLayout, 256, 4, 3, 1);
-  const BatchLayout b = synthetic_batch(d, kLayout, 256, 4, 3, 1);
+  const BatchLayout a = synthetic_batch(d, kLayout, {256, 4, 3, 1});
+  const BatchLayout b = synthetic_batch(d, kLayout, {256, 4, 3, 1});
   EXPECT_EQ(a.grid, b.grid);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.labels, b.labels);
@@ -92,15 +92,15 @@ TEST(SyntheticBatch, IsDeterministicInConfigStepAndRank) {
 
 TEST(SyntheticBatch, DiffersAcrossStepsRanksAndSeeds) {
   DataConfig d = data_for("multi");
-  const BatchLayout base = synthetic_batch(d, kLayout, 256, 4, 0, 0);
-  EXPECT_NE(synthetic_batch(d, kLayout, 256, 4, 1, 0).tokens, base.tokens);
-  EXPECT_NE(synthetic_batch(d, kLayout, 256, 4, 0, 1).tokens, base.tokens);
+  const BatchLayout base = synthetic_batch(d, kLayout, {256, 4, 0, 0});
+  EXPECT_NE(synthetic_batch(d, kLayout, {256, 4, 1, 0}).tokens, base.tokens);
+  EXPECT_NE(synthetic_batch(d, kLayout, {256, 4, 0, 1}).tokens, base.tokens);
   // Step and rank are mixed, not added: (1, 0) and (0, 1) differ too.
   EXPECT_NE(
-      synthetic_batch(d, kLayout, 256, 4, 1, 0).tokens,
-      synthetic_batch(d, kLayout, 256, 4, 0, 1).tokens);
+      synthetic_batch(d, kLayout, {256, 4, 1, 0}).tokens,
+      synthetic_batch(d, kLayout, {256, 4, 0, 1}).tokens);
   d.seed = 1;
-  EXPECT_NE(synthetic_batch(d, kLayout, 256, 4, 0, 0).tokens, base.tokens);
+  EXPECT_NE(synthetic_batch(d, kLayout, {256, 4, 0, 0}).tokens, base.tokens);
 }
 
 TEST(SyntheticBatch, FollowsTheLayoutAndLabelRulesForEveryPreset) {
@@ -109,7 +109,7 @@ TEST(SyntheticBatch, FollowsTheLayoutAndLabelRulesForEveryPreset) {
       SCOPED_TRACE(preset + " step " + std::to_string(step));
       for (int64_t pad : {1, 4, 6}) {
         expect_layout_rules(
-            synthetic_batch(data_for(preset), kLayout, 300, pad, step, 0),
+            synthetic_batch(data_for(preset), kLayout, {300, pad, step, 0}),
             pad,
             300);
       }
@@ -120,7 +120,7 @@ TEST(SyntheticBatch, FollowsTheLayoutAndLabelRulesForEveryPreset) {
 TEST(SyntheticBatch, PutsTextTokensBeforeEachMediumAndAtTheEnd) {
   DataConfig d = data_for("multi");
   d.text_tokens = 5;
-  const BatchLayout b = synthetic_batch(d, kLayout, 256, 1, 0, 0);
+  const BatchLayout b = synthetic_batch(d, kLayout, {256, 1, 0, 0});
   EXPECT_EQ(b.text_tokens, 5 * static_cast<int64_t>(b.grid.size() + 1));
   int64_t at = 0;
   for (std::size_t m = 0; m < b.grid.size(); ++m) {
@@ -132,9 +132,9 @@ TEST(SyntheticBatch, PutsTextTokensBeforeEachMediumAndAtTheEnd) {
 
 TEST(SyntheticBatch, ScalesThePresetsHeightAndWidth) {
   const BatchLayout full =
-      synthetic_batch(data_for("doc", 1), kLayout, 256, 1, 2, 0);
+      synthetic_batch(data_for("doc", 1), kLayout, {256, 1, 2, 0});
   const BatchLayout small =
-      synthetic_batch(data_for("doc", 6), kLayout, 256, 1, 2, 0);
+      synthetic_batch(data_for("doc", 6), kLayout, {256, 1, 2, 0});
   ASSERT_EQ(full.grid.size(), small.grid.size());
   Workload wl;
   wl.grid = full.grid;
@@ -143,7 +143,7 @@ TEST(SyntheticBatch, ScalesThePresetsHeightAndWidth) {
 
 TEST(SyntheticBatch, TextIsACountWithRandomRestarts) {
   const BatchLayout b =
-      synthetic_batch(data_for("mixed"), kLayout, 256, 1, 0, 0);
+      synthetic_batch(data_for("mixed"), kLayout, {256, 1, 0, 0});
   int64_t pairs = 0;
   int64_t successors = 0;
   for (std::size_t i = 0; i + 1 < b.tokens.size(); ++i) {
@@ -166,7 +166,7 @@ TEST(SyntheticBatch, DefaultRecipeStepsHoldSixToTwelveThousandPatchRows) {
   const int64_t steps = c.train.steps;
   for (int64_t step = 0; step < steps; ++step) {
     const BatchLayout b = synthetic_batch(
-        c.data, kLayout, c.model.vocab_size, 2 * c.parallel.cp_size, step, 0);
+        c.data, kLayout, {c.model.vocab_size, 2 * c.parallel.cp_size, step, 0});
     int64_t r = 0;
     for (const GridThw& g : b.grid) {
       r += g.patches();
@@ -183,32 +183,46 @@ TEST(SyntheticBatch, RejectsBadArgumentsNamingThem) {
   const DataConfig d = data_for("mixed");
   const std::string fn = "frameshard::train::synthetic_batch: ";
   expect_contains(
-      error_of([&] { synthetic_batch(d, kLayout, 2, 4, 0, 0); }),
+      error_of([&] {
+        synthetic_batch(d, kLayout, {2, 4, 0, 0});
+      }),
       fn + "expected vocab_size >= 3");
   expect_contains(
-      error_of([&] { synthetic_batch(d, kLayout, 256, 0, 0, 0); }),
+      error_of([&] {
+        synthetic_batch(d, kLayout, {256, 0, 0, 0});
+      }),
       fn + "expected pad_multiple >= 1, got 0");
   expect_contains(
-      error_of([&] { synthetic_batch(d, kLayout, 256, 4, -1, 0); }),
+      error_of([&] {
+        synthetic_batch(d, kLayout, {256, 4, -1, 0});
+      }),
       fn + "expected step >= 0, got -1");
   expect_contains(
-      error_of([&] { synthetic_batch(d, kLayout, 256, 4, 0, -2); }),
+      error_of([&] {
+        synthetic_batch(d, kLayout, {256, 4, 0, -2});
+      }),
       fn + "expected dp_rank >= 0, got -2");
   DataConfig bad = d;
   bad.scale = 0;
   expect_contains(
-      error_of([&] { synthetic_batch(bad, kLayout, 256, 4, 0, 0); }),
+      error_of([&] {
+        synthetic_batch(bad, kLayout, {256, 4, 0, 0});
+      }),
       fn + "data.scale: expected a positive integer, got 0");
   bad = d;
   bad.preset = "movies";
   expect_contains(
-      error_of([&] { synthetic_batch(bad, kLayout, 256, 4, 0, 0); }),
+      error_of([&] {
+        synthetic_batch(bad, kLayout, {256, 4, 0, 0});
+      }),
       fn + "data.preset: expected one of doc, multi, video, mixed, grpo, "
            "got \"movies\"");
   bad = d;
   bad.text_tokens = 0;
   expect_contains(
-      error_of([&] { synthetic_batch(bad, kLayout, 256, 4, 0, 0); }),
+      error_of([&] {
+        synthetic_batch(bad, kLayout, {256, 4, 0, 0});
+      }),
       fn + "data.text_tokens: expected a positive integer, got 0");
 }
 
@@ -384,7 +398,7 @@ TEST(ManifestBatch, PacksConsecutiveSamplesPerStepAndRankCycling) {
   d.scale = 1;
   d.samples_per_step = 2;
   auto at = [&](int64_t step, int64_t rank) {
-    return packed(manifest_batch(samples, d, kLayout, 256, 1, step, rank, 2));
+    return packed(manifest_batch(samples, d, kLayout, {256, 1, step, rank, 2}));
   };
   EXPECT_EQ(at(0, 0), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(at(0, 1), (std::vector<int64_t>{3, 4}));
@@ -398,7 +412,7 @@ TEST(ManifestBatch, MergesAdjacentTextRunsAndFollowsTheLayoutRules) {
   DataConfig d;
   d.scale = 1;
   d.samples_per_step = 2;
-  const BatchLayout b = manifest_batch(samples, d, kLayout, 256, 8, 0, 0);
+  const BatchLayout b = manifest_batch(samples, d, kLayout, {256, 8, 0, 0});
   // Samples 1 and 2: text 1, medium (1 token), 10 + 2, medium (2), 20.
   EXPECT_EQ(b.media_offsets, (std::vector<int64_t>{1, 14}));
   EXPECT_EQ(b.text_tokens, 33);
@@ -408,7 +422,7 @@ TEST(ManifestBatch, MergesAdjacentTextRunsAndFollowsTheLayoutRules) {
   d.text_tokens = 3;
   d.samples_per_step = 1;
   const BatchLayout c =
-      manifest_batch({{{{1, 4, 4}}, {}}}, d, kLayout, 256, 1, 0, 0);
+      manifest_batch({{{{1, 4, 4}}, {}}}, d, kLayout, {256, 1, 0, 0});
   EXPECT_EQ(c.text_tokens, 6);
   EXPECT_EQ(c.media_offsets, (std::vector<int64_t>{3}));
 }
@@ -424,7 +438,7 @@ TEST(ManifestBatch, ATextOnlySampleMakesABatchWithoutMedia) {
   DataConfig d;
   d.scale = 2;
   d.samples_per_step = 1;
-  const BatchLayout b = manifest_batch(samples, d, kLayout, 256, 4, 0, 0);
+  const BatchLayout b = manifest_batch(samples, d, kLayout, {256, 4, 0, 0});
   EXPECT_TRUE(b.grid.empty());
   EXPECT_EQ(b.media_tokens, 0);
   EXPECT_EQ(b.text_tokens, 9);
@@ -436,7 +450,7 @@ TEST(ManifestBatch, AppliesTheScaleToTheManifestGrids) {
   d.scale = 4;
   d.samples_per_step = 1;
   const BatchLayout b =
-      manifest_batch({{{{1, 64, 32}}, {}}}, d, kLayout, 256, 1, 0, 0);
+      manifest_batch({{{{1, 64, 32}}, {}}}, d, kLayout, {256, 1, 0, 0});
   EXPECT_EQ(b.grid, (std::vector<GridThw>{{1, 16, 8}}));
 }
 
@@ -446,20 +460,26 @@ TEST(ManifestBatch, RejectsStepsWithoutLabelsAndBadRanks) {
   d.samples_per_step = 1;
   const std::vector<ManifestSample> silent{{{{1, 4, 4}}, {0, 0}}};
   expect_contains(
-      error_of([&] { manifest_batch(silent, d, kLayout, 256, 1, 0, 0); }),
+      error_of([&] {
+        manifest_batch(silent, d, kLayout, {256, 1, 0, 0});
+      }),
       "frameshard::train::manifest_batch: expected a text token after the "
       "first position (a label to train on), got none in a sequence of 4 "
       "media and 0 text tokens");
   const auto samples = numbered_samples(2);
   expect_contains(
-      error_of([&] { manifest_batch(samples, d, kLayout, 256, 1, 0, 2, 2); }),
+      error_of([&] {
+        manifest_batch(samples, d, kLayout, {256, 1, 0, 2, 2});
+      }),
       "expected 0 <= dp_rank < dp_size, got dp_rank 2 and dp_size 2");
   expect_contains(
-      error_of([&] { manifest_batch({}, d, kLayout, 256, 1, 0, 0); }),
+      error_of([&] {
+        manifest_batch({}, d, kLayout, {256, 1, 0, 0});
+      }),
       "expected at least one sample, got none");
   expect_contains(
       error_of([&] {
-        manifest_batch({{{{1, 4, 4}}, {1}}}, d, kLayout, 256, 1, 0, 0);
+        manifest_batch({{{{1, 4, 4}}, {1}}}, d, kLayout, {256, 1, 0, 0});
       }),
       "sample 0: expected no text runs or 2");
 }

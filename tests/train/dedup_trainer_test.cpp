@@ -26,7 +26,7 @@ namespace {
 // Groups of kG samples, spread: at dp 1 the replica packs one prompt's
 // group, at dp 2 each replica one sample of each of the step's two prompts.
 // Small enough for a unit test: scale 32 leaves 2 x 2 small frames (about
-// 330 units a prompt, all of one shape, told apart by their pixels only)
+// 40 units a prompt, all of one shape, told apart by their pixels only)
 // and a few 4 x 4 huge ones.
 constexpr int64_t kG = 2;
 

@@ -39,7 +39,7 @@ DataConfig grpo_data(int64_t group_size, const std::string& order) {
 
 BatchLayout replica_batch(
     const DataConfig& d, int64_t dp_rank, int64_t dp_size) {
-  return synthetic_batch(d, kGrpoLayout, 64, 4, 3, dp_rank, dp_size);
+  return synthetic_batch(d, kGrpoLayout, {64, 4, 3, dp_rank, dp_size});
 }
 
 // The prompt seeds of the step, from the grids and seeds of both replicas:
@@ -110,8 +110,8 @@ TEST(GrpoBatch, AtDpOneBothOrdersAreOneGroup) {
   EXPECT_EQ(s.grid, c.grid);
   EXPECT_EQ(s.media_seed, c.media_seed);
   EXPECT_EQ(s.tokens, c.tokens);
-  // A prompt is a scaled mixed draw: 129 frame units or more, three times.
-  EXPECT_GE(expand_frames(s.grid, kGrpoLayout).units.size(), 3u * 129u);
+  // A prompt is a scaled grpo prompt: 17 frame units or more, three times.
+  EXPECT_GE(expand_frames(s.grid, kGrpoLayout).units.size(), 3u * 17u);
 }
 
 TEST(GrpoBatch, RepeatsHaveBitIdenticalPixelsInAndAcrossReplicas) {
@@ -152,10 +152,10 @@ TEST(GrpoBatch, OtherPresetsDrawAsBeforeWithoutMediaSeeds) {
     DataConfig d;
     d.preset = preset;
     d.scale = 8;
-    const BatchLayout b = synthetic_batch(d, kGrpoLayout, 64, 4, 2, 1);
+    const BatchLayout b = synthetic_batch(d, kGrpoLayout, {64, 4, 2, 1});
     EXPECT_TRUE(b.media_seed.empty()) << preset;
     // dp_size does not change them.
-    EXPECT_EQ(synthetic_batch(d, kGrpoLayout, 64, 4, 2, 1, 4).grid, b.grid);
+    EXPECT_EQ(synthetic_batch(d, kGrpoLayout, {64, 4, 2, 1, 4}).grid, b.grid);
     Workload wl = preset_workload(preset, 0);
     EXPECT_TRUE(wl.media_ids.empty()) << preset;
   }

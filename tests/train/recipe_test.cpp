@@ -146,24 +146,19 @@ TEST(Recipe, EveryExampleRecipeParsesAndMakesABatch) {
     SCOPED_TRACE(entry.path().string());
     ++recipes;
     const TrainConfig c = load_train_config(entry.path().string());
-    const int64_t pad = 2 * c.parallel.cp_size;
+    BatchRequest r;
+    r.vocab_size = c.model.vocab_size;
+    r.pad_multiple = 2 * c.parallel.cp_size;
     BatchLayout b;
     if (c.data.manifest.empty()) {
-      b = synthetic_batch(c.data, MediaLayout{}, c.model.vocab_size, pad, 0, 0);
+      b = synthetic_batch(c.data, MediaLayout{}, r);
     } else {
       const auto samples = load_manifest(c.data.manifest, MediaLayout{});
-      b = manifest_batch(
-          samples,
-          c.data,
-          MediaLayout{},
-          c.model.vocab_size,
-          pad,
-          0,
-          0,
-          c.parallel.dp_size);
+      r.dp_size = c.parallel.dp_size;
+      b = manifest_batch(samples, c.data, MediaLayout{}, r);
     }
     EXPECT_GT(b.media_tokens, 0);
-    EXPECT_EQ(b.seq_len() % pad, 0);
+    EXPECT_EQ(b.seq_len() % r.pad_multiple, 0);
   }
   EXPECT_GE(recipes, 6);  // four presets, Megatron, the manifest recipe
 }

@@ -1,7 +1,7 @@
 // The grid_thw and text_tokens fields both manifests read through one path
-// (src/core/manifest_fields.h: the training manifest and the dataset
+// (src/io/manifest_fields.h: the training manifest and the dataset
 // manifest of analyze and plan --manifest).
-#include "core/manifest_fields.h"
+#include "io/manifest_fields.h"
 
 #include <gtest/gtest.h>
 

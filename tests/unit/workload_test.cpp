@@ -329,13 +329,14 @@ TEST(Presets, GrpoIsOneMixedLikePromptSampledEightTimes) {
       EXPECT_EQ(wl.grid[i], wl.grid[i % n]) << i;
       EXPECT_EQ(wl.media_ids[i], i % n) << i;
     }
-    // The prompt is drawn as mixed draws: 128 to 512 small frame units and
-    // one or two huge images.
+    // The prompt is drawn as mixed draws with an eighth of the small
+    // frames and one huge image: 16 to 64 small frame units and the huge.
     const std::vector<GridThw> prompt(
         wl.grid.begin(), wl.grid.begin() + static_cast<std::ptrdiff_t>(n));
+    EXPECT_EQ(grpo_prompt_workload(seed).grid, prompt);
     const FrameSet f = expand_frames(prompt, wl.layout);
-    EXPECT_GE(f.units.size(), 129u);
-    EXPECT_LE(f.units.size(), 514u);
+    EXPECT_GE(f.units.size(), 17u);
+    EXPECT_LE(f.units.size(), 65u);
     // Each media item once: a GRPO group of 8 is an eighth of the work.
     const FrameDedup d = dedup_frames(
         wl.grid, media_id_unit_keys(wl.grid, wl.media_ids, wl.layout));

@@ -17,9 +17,11 @@
 //     SplitMix64), the same on every machine.
 //   * data.preset grpo (GRPO groups: verl and AReaL sample each prompt G
 //     times, every sample carrying the prompt's images): each step draws
-//     dp_size prompts; prompt p's media are preset_workload("mixed", seed)
-//     scaled by data.scale, its seed mixed from data.seed, step and p (and
-//     a salt, so a prompt is not the mixed preset's batch). Each prompt is
+//     dp_size prompts; prompt p's media are grpo_prompt_workload(seed)
+//     (frameshard/workload.h: one huge image among 16 to 64 small frame
+//     units, so a group of 8 is about one mixed batch) scaled by
+//     data.scale, its seed mixed from data.seed, step and p (and a salt,
+//     so a prompt is not the grpo preset's own draw). Each prompt is
 //     sampled G = data.group_size times; in the step's prompt-major order
 //     sample i is sample i % G of prompt i / G. data.group_order
 //     contiguous: replica r packs samples [r G, (r + 1) G) (prompt r's
@@ -61,13 +63,15 @@
 // show a trend to compare.
 //
 // Usage:
-//   auto b = frameshard::train::synthetic_batch(cfg.data, layout, 256, 4,
-//                                               step, dp_rank,
-//                                               cfg.parallel.dp_size);
+//   frameshard::train::BatchRequest r;
+//   r.vocab_size = 256;
+//   r.pad_multiple = 4;
+//   r.step = step;
+//   r.dp_rank = dp_rank;
+//   r.dp_size = cfg.parallel.dp_size;
+//   auto b = frameshard::train::synthetic_batch(cfg.data, layout, r);
 //   auto samples = frameshard::train::load_manifest("shapes.jsonl", layout);
-//   auto b2 = frameshard::train::manifest_batch(samples, cfg.data, layout,
-//                                               256, 4, step, dp_rank,
-//                                               cfg.parallel.dp_size);
+//   auto b2 = frameshard::train::manifest_batch(samples, cfg.data, layout, r);
 #pragma once
 
 #include <frameshard/frames.h>
@@ -108,16 +112,20 @@ struct ManifestSample {
   std::vector<int64_t> text_runs;
 };
 
+/// Which batch to build: the model's token ids, the padding, and the step
+/// and DP replica it is for.
+struct BatchRequest {
+  int64_t vocab_size = 0;    // > kFirstTextToken
+  int64_t pad_multiple = 1;  // sequence padded to a multiple (2 * cp_size)
+  int64_t step = 0;
+  int64_t dp_rank = 0;
+  /// Matters to the grpo preset and manifests (dp_rank < dp_size there).
+  int64_t dp_size = 1;
+};
+
 /// See the banner. Throws frameshard::Error for a bad config (field named).
-/// `dp_size` matters to the grpo preset only (dp_rank < dp_size there).
 BatchLayout synthetic_batch(
-    const DataConfig& data,
-    const MediaLayout& layout,
-    int64_t vocab_size,
-    int64_t pad_multiple,
-    int64_t step,
-    int64_t dp_rank,
-    int64_t dp_size = 1);
+    const DataConfig& data, const MediaLayout& layout, const BatchRequest& r);
 
 /// Parses JSONL text (`source` names it in errors); every grid row is
 /// checked against `layout` (h and w multiples of the merge size, t >= 1).
@@ -134,11 +142,7 @@ BatchLayout manifest_batch(
     const std::vector<ManifestSample>& samples,
     const DataConfig& data,
     const MediaLayout& layout,
-    int64_t vocab_size,
-    int64_t pad_multiple,
-    int64_t step,
-    int64_t dp_rank,
-    int64_t dp_size = 1);
+    const BatchRequest& r);
 
 }  // namespace train
 }  // namespace frameshard

@@ -1,6 +1,6 @@
 // The typed YAML readers and value checks of the configuration (see
 // config_values.h).
-#include "core/config_values.h"
+#include "io/config_values.h"
 
 #include <yaml-cpp/anchor.h>
 #include <yaml-cpp/eventhandler.h>

@@ -4,7 +4,7 @@
 
 #include <frameshard/error.h>
 
-#include "core/json_text.h"
+#include "io/json_text.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// !!! Internal header of frameshard::core, not installed. !!!
+// !!! Internal header of frameshard::io, not installed. !!!
 //
 // The typed YAML readers and value checks of the configuration
 // (config.cpp's rule table calls them): every error names the key path,

@@ -5,9 +5,9 @@
 #include <frameshard/error.h>
 #include <frameshard/media_manifest.h>
 
-#include "core/json_text.h"
-#include "core/jsonl_lines.h"
-#include "core/manifest_fields.h"
+#include "io/json_text.h"
+#include "io/jsonl_lines.h"
+#include "io/manifest_fields.h"
 
 #include <nlohmann/json.hpp>
 

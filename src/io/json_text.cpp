@@ -1,5 +1,5 @@
 // Strict JSON parsing and bounded rendering for errors (see json_text.h).
-#include "core/json_text.h"
+#include "io/json_text.h"
 
 #include <frameshard/error.h>
 

@@ -8,8 +8,8 @@
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>
 
-#include "core/config_rules.h"
-#include "core/config_values.h"
+#include "io/config_rules.h"
+#include "io/config_values.h"
 
 #include <yaml-cpp/yaml.h>
 

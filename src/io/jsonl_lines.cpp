@@ -1,8 +1,8 @@
-#include "core/jsonl_lines.h"
+#include "io/jsonl_lines.h"
 
 #include <frameshard/error.h>
 
-#include "core/json_text.h"
+#include "io/json_text.h"
 
 #include <sstream>
 

@@ -2,7 +2,7 @@
 // grouped by what the keys configure. The generic builders take the field
 // as a generic lambda returning the member, so one accessor serves both the
 // reader (Config&) and the check (const Config&).
-#include "core/config_rules.h"
+#include "io/config_rules.h"
 
 #include <frameshard/cost.h>
 #include <frameshard/partition.h>
@@ -142,6 +142,17 @@ void add_sharding_switches(std::vector<Rule>& rules) {
       kMaxMinLocalPatchRows));
 }
 
+// Whether the partitioner spelled `name` may split frames (an unknown name,
+// refused by its own rule, may not).
+bool splits_frames(const std::string& name) {
+  for (Partitioner p : all_partitioners()) {
+    if (to_string(p) == name) {
+      return traits(p).supports_split;
+    }
+  }
+  return false;
+}
+
 // The cost model, the partitioner, the gather and frame splitting.
 void add_partitioning(std::vector<Rule>& rules) {
   rules.push_back(Rule{
@@ -181,7 +192,7 @@ void add_partitioning(std::vector<Rule>& rules) {
       // Checked after the whole file: the partitioner may come later in it.
       [](const Config& c, const std::string& p) {
         const auto& fs = c.frame_sharding;
-        if (fs.split_frames && fs.partitioner != "optimal") {
+        if (fs.split_frames && !splits_frames(fs.partitioner)) {
           config_error(
               p,
               "false with partitioner " + quote(fs.partitioner) +

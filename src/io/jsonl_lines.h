@@ -1,4 +1,4 @@
-// !!! Internal header of frameshard::core (also read by train), not
+// !!! Internal header of frameshard::io (also read by train), not
 // installed. !!!
 //
 // The JSONL manifests' common reading (the training manifest,

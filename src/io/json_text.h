@@ -1,4 +1,4 @@
-// !!! Internal header of frameshard::core (also read by models), not
+// !!! Internal header of frameshard::io (also read by models), not
 // installed. !!!
 //
 // The one JSON reader and renderer for outside input (workload files,

@@ -1,4 +1,4 @@
-// !!! Internal header of frameshard::core, not installed. !!!
+// !!! Internal header of frameshard::io, not installed. !!!
 //
 // The configuration's rule table: one Rule per leaf key of the YAML schema,
 // saying how the key is read from YAML (type check, then value check) and
@@ -15,7 +15,7 @@
 
 #include <frameshard/config.h>
 
-#include "core/config_values.h"
+#include "io/config_values.h"
 
 #include <yaml-cpp/yaml.h>
 

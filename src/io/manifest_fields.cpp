@@ -1,10 +1,10 @@
 // The grid_thw and text_tokens fields of a manifest line (manifest_fields.h):
 // the one reading the training and the dataset manifest share.
-#include "core/manifest_fields.h"
+#include "io/manifest_fields.h"
 
 #include <frameshard/error.h>
 
-#include "core/json_text.h"
+#include "io/json_text.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-// !!! Internal header of frameshard::core (also read by train), not
+// !!! Internal header of frameshard::io (also read by train), not
 // installed. !!!
 //
 // The two fields every JSONL manifest line may carry, read by one code path
@@ -27,7 +27,7 @@
 
 #include <frameshard/frames.h>
 
-#include "core/jsonl_lines.h"
+#include "io/jsonl_lines.h"
 
 #include <nlohmann/json.hpp>
 
