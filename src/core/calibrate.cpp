@@ -105,6 +105,14 @@ double squared_relative_error(
   return sum;
 }
 
+// "expected samples[i].<expected>, got <got>" unless ok.
+template <typename T>
+void check_sample(
+    const char* fn, std::size_t i, bool ok, const char* expected, T got) {
+  FRAMESHARD_CHECK(
+      ok, fn, "expected samples[", i, "].", expected, ", got ", got);
+}
+
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r");
   if (b == std::string::npos) {
@@ -120,27 +128,15 @@ QuadraticFit fit_quadratic(const std::vector<TimingSample>& samples) {
   FRAMESHARD_CHECK(
       !samples.empty(), fn, "expected at least one sample, got none");
   for (std::size_t i = 0; i < samples.size(); ++i) {
-    FRAMESHARD_CHECK(
-        samples[i].patch_rows > 0,
+    const TimingSample& s = samples[i];
+    check_sample(fn, i, s.patch_rows > 0, "patch_rows > 0", s.patch_rows);
+    check_sample(fn, i, s.frames > 0, "frames > 0", s.frames);
+    check_sample(
         fn,
-        "expected samples[",
         i,
-        "].patch_rows > 0, got ",
-        samples[i].patch_rows);
-    FRAMESHARD_CHECK(
-        samples[i].frames > 0,
-        fn,
-        "expected samples[",
-        i,
-        "].frames > 0, got ",
-        samples[i].frames);
-    FRAMESHARD_CHECK(
-        std::isfinite(samples[i].seconds) && samples[i].seconds > 0.0,
-        fn,
-        "expected samples[",
-        i,
-        "].seconds finite and > 0, got ",
-        samples[i].seconds);
+        std::isfinite(s.seconds) && s.seconds > 0.0,
+        "seconds finite and > 0",
+        s.seconds);
   }
   // Exact NNLS for four unknowns: the optimum has some set of free
   // coefficients at which the unconstrained fit is feasible.
