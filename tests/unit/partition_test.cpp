@@ -552,5 +552,25 @@ TEST(PartitionProperties, LargeIntegerInputsAgreeWithGreedyBound) {
   }
 }
 
+// traits() says what each partitioner does: its name, whether it leaves
+// cuts, whether it attains the optimal bottleneck, and that only optimal
+// may split frames.
+TEST(PartitionerTraits, MatchWhatEachPartitionerDoes) {
+  static_assert(traits(Partitioner::kOptimal).exact);
+  static_assert(!traits(Partitioner::kLpt).contiguous);
+  const std::vector<double> costs{9, 16, 25, 1, 4, 36, 2, 2};
+  for (Partitioner p : all_partitioners()) {
+    SCOPED_TRACE(to_string(p));
+    const PartitionerTraits t = traits(p);
+    EXPECT_EQ(parse_partitioner(t.name), p);
+    const Partition part = partition_costs(costs, 3, p);
+    EXPECT_EQ(part.contiguous(), t.contiguous);
+    if (t.exact) {
+      EXPECT_EQ(part.max_cost(), optimal_bottleneck(costs, 3));
+    }
+    EXPECT_EQ(t.supports_split, p == Partitioner::kOptimal);
+  }
+}
+
 }  // namespace
 }  // namespace frameshard
