@@ -7,6 +7,7 @@
 #include <frameshard/tower.h>
 #include <frameshard/workload.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -142,25 +143,25 @@ void init_plan(py::module_& m) {
       R"doc(The cost model a cost_alpha spec gives for a tower (TowerDims
 fields), as a dict (a, b, c, window_coef, window, label,
 seconds_per_unit).)doc");
+  // (grid rows, spatial_merge_size, temporal_patch_size) of `w` scaled down by
+  // `scale`.
+  auto scaled_tuple = [](Workload w, int64_t scale) {
+    if (scale != 1) {
+      w = scale_workload(w, scale);
+    }
+    return py::make_tuple(
+        grid_list(w.grid),
+        w.layout.spatial_merge_size,
+        w.layout.temporal_patch_size);
+  };
   m.def(
       "workload",
-      [](const std::string& name, uint64_t seed, int64_t scale) {
-        const bool preset = [&] {
-          for (const auto& p : workload_preset_names()) {
-            if (p == name) {
-              return true;
-            }
-          }
-          return false;
-        }();
-        Workload w = preset ? preset_workload(name, seed) : load_workload(name);
-        if (scale != 1) {
-          w = scale_workload(w, scale);
-        }
-        return py::make_tuple(
-            grid_list(w.grid),
-            w.layout.spatial_merge_size,
-            w.layout.temporal_patch_size);
+      [scaled_tuple](const std::string& name, uint64_t seed, int64_t scale) {
+        const auto names = workload_preset_names();
+        const bool preset =
+            std::find(names.begin(), names.end(), name) != names.end();
+        return scaled_tuple(
+            preset ? preset_workload(name, seed) : load_workload(name), scale);
       },
       py::arg("name"),
       py::arg("seed") = 0,
@@ -168,6 +169,15 @@ seconds_per_unit).)doc");
       R"doc((grid rows, spatial_merge_size, temporal_patch_size) of a workload
 preset (doc, multi, video, mixed, grpo; seeded) or a workload JSON file, scaled
 down by `scale` (frameshard/workload.h).)doc");
+  m.def(
+      "grpo_prompt_workload",
+      [scaled_tuple](uint64_t seed, int64_t scale) {
+        return scaled_tuple(grpo_prompt_workload(seed), scale);
+      },
+      py::arg("seed") = 0,
+      py::arg("scale") = 1,
+      R"doc(The same of the one prompt the grpo preset samples
+(frameshard/workload.h grpo_prompt_workload).)doc");
   m.def(
       "visual_token_owners",
       [](const std::vector<int64_t>& positions,

@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 FAST = ["--data.scale", "12", "--steps", "2"]
 ARM_KEYS = {
@@ -200,3 +201,19 @@ def test_model_dir_trains_the_checkpoints_weights(one, tmp_path):
     assert losses != one["losses"], losses  # not the default seed's random weights
     bad = frameshard("train", "--model-dir", str(tmp_path / "missing"), "--cp", "1", check=False)
     assert bad.returncode != 0 and "model.model_dir: expected a checkpoint with config.json" in bad.stderr, bad.stderr
+
+
+def test_the_grpo_batch_is_the_cpp_presets_prompt_sampled_group_size_times():
+    """`--data.preset grpo` draws the C++ preset's prompt (grpo_prompt_workload, the same seed and
+    scale as the C++ trainer's data) and repeats it, pixels and all, data.group_size times."""
+    from frameshard import _C
+    from frameshard.cli import _ab, _batch
+
+    recipe, _ = _ab.resolve_recipe(None, [("data.preset", "grpo"), ("data.group_size", "3")])
+    geo = _batch.Geometry(3, 2, 5, (10, 100), patch=14, temporal=2, merge=2, channels=3)
+    batch = _batch.make_batch(recipe, step=1, geo=geo)
+    seed, _ = _batch.replica_seeds(recipe, 1, 0)
+    prompt = [(1, h, w) for t, h, w in _C.grpo_prompt_workload(seed, int(recipe["data.scale"]))[0] for _ in range(t)]
+    assert batch["image_grid_thw"].tolist() == [list(g) for g in prompt] * 3
+    rows = batch["pixel_values"].shape[0] // 3
+    assert torch.equal(batch["pixel_values"][:rows], batch["pixel_values"][2 * rows :])

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .. import _C
 from .._C import FrameshardError
 from .._plan import workload
 
@@ -67,11 +68,15 @@ def replica_seeds(recipe: dict, step: int, replica: int) -> tuple[int, int]:
 def make_batch(recipe: dict, step: int, geo: Geometry, replica: int = 0) -> dict:
     """Step `step`'s batch of DP replica `replica` (the same on its CP ranks): each medium of the
     preset after data.text_tokens text tokens, a video's frames as consecutive images. `grpo`: one
-    `mixed` prompt whose samples (data.group_size of them) each carry its images, the same pixels."""
+    prompt (the C++ grpo preset's: grpo_prompt_workload) whose samples (data.group_size of them)
+    each carry its images, the same pixels."""
     grpo = recipe["data.preset"] == "grpo"
-    preset = "mixed" if grpo else str(recipe["data.preset"])
     preset_seed, seed = replica_seeds(recipe, step, replica)
-    media = workload(preset, preset_seed, int(recipe["data.scale"]))
+    scale = int(recipe["data.scale"])
+    if grpo:
+        media = [tuple(g) for g in _C.grpo_prompt_workload(preset_seed, scale)[0]]
+    else:
+        media = workload(str(recipe["data.preset"]), preset_seed, scale)
     gen = torch.Generator().manual_seed(seed)
     group = int(recipe["data.group_size"]) if grpo else 1
     if group < 1:
