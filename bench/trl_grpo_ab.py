@@ -116,22 +116,15 @@ def _trainer(args, tmp: str):
     trl_grpo.tiny_qwen2_vl(
         width=args.width, depth=args.depth, heads=args.width // 64, mlp_ratio=4, hidden=64
     ).save_pretrained(model)
-    config = trl.GRPOConfig(
-        output_dir=os.path.join(tmp, "out"),
+    config = trl_grpo.grpo_config(
+        os.path.join(tmp, "out"),
         per_device_train_batch_size=args.per_device,
         num_generations=args.generations,
         steps_per_generation=args.steps_per_generation,
         max_completion_length=8,
         max_steps=args.steps,
         beta=args.beta,
-        use_cpu=True,
-        bf16=False,
         seed=5,
-        log_multimodal=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
         model_init_kwargs=dict(dtype=torch.float32, attn_implementation="sdpa"),  # not the saved eager
         gradient_checkpointing=not args.no_checkpointing,
     )

@@ -20,6 +20,7 @@ import argparse
 import logging
 import string
 import tempfile
+from typing import Any
 
 import datasets
 import tokenizers
@@ -118,6 +119,22 @@ def token_reward(completion_ids, **_kwargs):
     return [float(sum(ids) % 13) for ids in completion_ids]
 
 
+def grpo_config(output_dir: str, gpu: bool = False, **fields: Any) -> trl.GRPOConfig:
+    """A GRPOConfig that logs each step to the console only and saves nothing (bf16 on a GPU,
+    float32 on the CPU); `fields`: the run's own (batch, generations, steps, ...)."""
+    return trl.GRPOConfig(
+        output_dir=output_dir,
+        use_cpu=not gpu,
+        bf16=gpu,
+        log_multimodal=False,  # TRL gathers images only on processes that have some (a hang otherwise)
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        **fields,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="a model directory or hub name (default: a tiny random Qwen2-VL)")
@@ -142,20 +159,14 @@ def main() -> None:
         model = tmp.name
         tiny_qwen2_vl().save_pretrained(model)
         processor, reward = tiny_processor(), token_reward
-    config = trl.GRPOConfig(
-        output_dir=args.output_dir,
+    config = grpo_config(
+        args.output_dir,
+        args.gpu,
         per_device_train_batch_size=args.batch,
         num_generations=args.num_generations,
         max_completion_length=16 if args.model else 8,
         max_steps=args.steps,
         beta=args.beta,
-        use_cpu=not args.gpu,
-        bf16=args.gpu,
-        log_multimodal=False,  # TRL gathers images only on processes that have some (a hang otherwise)
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
     )
     trainer = trl.GRPOTrainer(
         model=model, reward_funcs=reward, args=config, train_dataset=prompts(), processing_class=processor

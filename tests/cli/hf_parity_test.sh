@@ -6,15 +6,8 @@
 # tests/python/test_hf_parity.py with the venv's pytest.
 # Usage: bash tests/cli/hf_parity_test.sh <frameshard binary> <repo root>
 set -euo pipefail
-BIN=${1:?usage: hf_parity_test.sh <frameshard binary> <repo root>}
-ROOT=${2:?usage: hf_parity_test.sh <frameshard binary> <repo root>}
-ROOT=$(cd "$ROOT" && pwd)
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
-VENV=${FRAMESHARD_VENV:-$ROOT/.venv}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-
-bash "$ROOT/scripts/setup-modern.sh"
+# BIN, ROOT, VENV, TMP; the venv made sure of.
+source "$(dirname "$0")/venv_env.sh" "$0" "$@"
 "$VENV/bin/python" "$ROOT/tests/python/make_hf_fixtures.py" --out "$TMP/fixtures"
 cd "$ROOT"
 FRAMESHARD_BIN=$BIN FRAMESHARD_HF_FIXTURES=$TMP/fixtures \

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402
 import worker_common  # noqa: E402
 from package_worker import SHARD_NO_FLOOR, FrameTower  # noqa: E402
-from worker_common import compare, rank_weights, reduced_grads  # noqa: E402
+from worker_common import rank_weights, reduced_grads  # noqa: E402
 
 FEATURES = 12
 DEDUP = dataclasses.replace(SHARD_NO_FLOOR, dedup=True)
@@ -50,13 +50,6 @@ def batch(names, seed=5):
     return grid_t, torch.cat(rows) if rows else torch.zeros(0, FEATURES, dtype=torch.float64), cu
 
 
-def _diffs(got, ref):
-    """The (outputs, gradients) pair `got` against `ref`: each one's max difference and scale."""
-    out_diff, out_scale = compare(got[0], ref[0])
-    grad_diff, grad_scale = compare(got[1], ref[1])
-    return {"out_diff": out_diff, "out_scale": out_scale, "grad_diff": grad_diff, "grad_scale": grad_scale}
-
-
 def distinct_rows(names):
     return sum(MEDIA[n][0] * MEDIA[n][1] * MEDIA[n][2] for n in set(names))
 
@@ -75,7 +68,7 @@ def run_both(tower, rank, group, run_plain, run_dedup, keep=None):
     ref = step(run_plain)
     tower.seen.clear()
     got = step(run_dedup)
-    return {**_diffs(got, ref), "seen_rows": sum(s[0] for s in tower.seen)}
+    return {**worker_common.diffs(got[0], ref[0], got[1], ref[1]), "seen_rows": sum(s[0] for s in tower.seen)}
 
 
 def scenario_cp(rank, world, group, owner=False, media_keys=False):
@@ -171,7 +164,7 @@ def hf_runs(model, visual, forward, config, rank, group, distinct_rows, target=N
     finally:
         hook.remove()
     return {
-        **_diffs(got, ref),
+        **worker_common.diffs(got[0], ref[0], got[1], ref[1]),
         "seen_rows": sum(seen),
         # A share of the distinct rows: the sharded path (replicated, each rank sees them all).
         "path": "sharded" if sum(seen) < distinct_rows else "replicated",

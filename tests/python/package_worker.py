@@ -27,7 +27,7 @@ from frameshard import hf
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402
 import worker_common  # noqa: E402
-from worker_common import compare, max_diff, rank_weights, reduced_grads  # noqa: E402
+from worker_common import max_diff, rank_weights, reduced_grads  # noqa: E402
 
 # Seven frame units (an image, a 4-frame video split by the planner, images of other sizes).
 TORCH_GRID = [[1, 4, 4], [4, 4, 6], [1, 6, 8], [1, 2, 2], [1, 10, 2]]
@@ -99,15 +99,10 @@ def scenario_torch_tower(rank, world, group, grid=TORCH_GRID, config=SHARD_ALL):
         return emb, aux
 
     out, grads = step(sharded)
-    out_diff, out_scale = compare(out, ref_out)
-    grad_diff, grad_scale = compare(grads, ref_grads)
     mine = plan.ranks[rank]
     return {
         "path": plan.path,
-        "out_diff": out_diff,
-        "out_scale": out_scale,
-        "grad_diff": grad_diff,
-        "grad_scale": grad_scale,
+        **worker_common.diffs(out, ref_out, grads, ref_grads),
         "grad_names": sorted(grads),
         "seen_rows": [s[0] for s in tower.seen],
         "seen_grid": [s[1] for s in tower.seen],
@@ -154,14 +149,9 @@ def scenario_torch_tower_owner(rank, world, group):
         return out
 
     out, grads = step(owned, False)
-    out_diff, out_scale = compare(out, ref_out)
-    grad_diff, grad_scale = compare(grads, ref_grads)
     return {
         "path": plan.path,
-        "out_diff": out_diff,
-        "out_scale": out_scale,
-        "grad_diff": grad_diff,
-        "grad_scale": grad_scale,
+        **worker_common.diffs(out, ref_out, grads, ref_grads),
         "owned_rows": int(out["emb"].shape[0]),
         "total_tokens": tokens,
     }

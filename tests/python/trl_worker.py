@@ -111,8 +111,8 @@ def _trainer(setup, tmp):
     import trl_grpo
 
     kwargs = dict(dtype=setup.dtype, attn_implementation="eager")
-    config = trl.GRPOConfig(
-        output_dir=os.path.join(tmp, "out"),
+    config = trl_grpo.grpo_config(
+        os.path.join(tmp, "out"),
         per_device_train_batch_size=setup.per_device,
         num_generations=setup.generations,
         steps_per_generation=setup.steps_per_generation,
@@ -125,15 +125,8 @@ def _trainer(setup, tmp):
         learning_rate=0.05,
         max_grad_norm=0.0,
         weight_decay=0.0,
-        use_cpu=True,
-        bf16=False,
         seed=3,
         shuffle_dataset=False,
-        log_multimodal=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
         model_init_kwargs=kwargs,
     )
     peft_config = None

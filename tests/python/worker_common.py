@@ -74,17 +74,19 @@ def raised(call, errors=frameshard.FrameshardError):
     return {"raised": None, "message": ""}
 
 
-def parity_record(out, ref_out, grads, ref_grads):
-    """What harness.assert_parity reads of a sharded step against the replicated one: the output
-    names, the outputs' and the gradients' largest differences and scales, the parameter counts."""
+def diffs(out, ref_out, grads, ref_grads):
+    """The outputs' and the gradients' largest differences from the replicated run and its scales
+    (what harness.assert_parity reads)."""
     out_diff, out_scale = compare(out, ref_out)
     grad_diff, grad_scale = compare(grads, ref_grads) if ref_grads else (0.0, 0.0)
+    return {"out_diff": out_diff, "out_scale": out_scale, "grad_diff": grad_diff, "grad_scale": grad_scale}
+
+
+def parity_record(out, ref_out, grads, ref_grads):
+    """diffs, the output names and the parameter counts of a sharded step against the replicated one."""
     return {
         "outputs": sorted(out),
-        "out_diff": out_diff,
-        "out_scale": out_scale,
-        "grad_diff": grad_diff,
-        "grad_scale": grad_scale,
+        **diffs(out, ref_out, grads, ref_grads),
         "params": len(grads),
         "params_with_grad": sum(1 for g in ref_grads.values() if float(g.abs().max()) > 0),
     }
