@@ -6,21 +6,20 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <array>
-#include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "testing/expect_error.h"
+#include "testing/temp_file.h"
 
 namespace frameshard {
 namespace {
 
 using testing::error_of;
 using testing::expect_contains;
+using testing::TempFile;
 
 std::vector<TimingSample> samples_of(double a, double b, double c) {
   std::vector<TimingSample> s;
@@ -125,26 +124,6 @@ TEST(FitQuadratic, RejectsBadSamples) {
       }),
       "expected samples[0].seconds finite and > 0, got -1");
 }
-
-class TempFile {
- public:
-  explicit TempFile(const std::string& text) {
-    char name[] = "/tmp/frameshard_cal_XXXXXX";
-    const int fd = mkstemp(name);
-    path_ = name;
-    close(fd);
-    std::ofstream(path_) << text;
-  }
-  ~TempFile() {
-    std::remove(path_.c_str());
-  }
-  const std::string& path() const {
-    return path_;
-  }
-
- private:
-  std::string path_;
-};
 
 TEST(CalibrationFile, RoundTripsThroughCostAlpha) {
   const CostModel m = CostModel::quadratic(1.25e-9, 3.5e-7, 4.75e-4);

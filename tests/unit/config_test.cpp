@@ -5,14 +5,12 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <array>
-#include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "testing/expect_error.h"
+#include "testing/temp_file.h"
 
 namespace frameshard {
 namespace {
@@ -153,65 +151,48 @@ TEST(Config, CostAlphaSpellings) {
 
 // -------------------------------------------------------------- rejections
 
+// How the config's errors render a YAML value: the text as written, or null
+// for an empty one.
+std::string got_value(const std::string& value) {
+  return "got " + (value.empty() ? std::string("null") : value);
+}
+
+// Values of one field that fail with one "expected ..." text.
 struct Rejected {
   std::string field;
-  std::string value;     // YAML text
-  std::string expected;  // part of "expected ..."
-  std::string got;       // the rendered value
+  std::string expected;             // part of "expected ..."
+  std::vector<std::string> values;  // YAML text
 };
 
 TEST(Config, RejectsBadFieldValues) {
-  const std::string nonneg = "expected a non-negative integer";
   const std::vector<Rejected> cases = {
-      {"enabled", "yes", "expected a bool (true or false)", "got yes"},
-      {"enabled", "1", "expected a bool", "got 1"},
-      {"enabled", "\"true\"", "expected a bool", "got \"true\""},
-      {"enabled", "[true]", "expected a bool", "got [true]"},
-      {"enabled", "", "expected a bool", "got null"},
-      {"mesh_dims", "cp", "expected a list of mesh-dimension names", "got cp"},
+      {"enabled", "expected a bool (true or false)", {"yes"}},
+      {"enabled", "expected a bool", {"1", "\"true\"", "[true]", ""}},
       {"mesh_dims",
-       "\"cp\"",
        "expected a list of mesh-dimension names",
-       "got \"cp\""},
-      {"mesh_dims", "[cp, tp]", "expected [cp] or [dp, cp]", "got [cp, tp]"},
-      {"mesh_dims", "[tp]", "expected [cp] or [dp, cp]", "got [tp]"},
-      {"mesh_dims", "[]", "expected [cp] or [dp, cp]", "got []"},
-      {"mesh_dims", "[cp, dp]", "expected [cp] or [dp, cp]", "got [cp, dp]"},
+       {"cp", "\"cp\""}},
+      {"mesh_dims",
+       "expected [cp] or [dp, cp]",
+       {"[cp, tp]", "[tp]", "[]", "[cp, dp]"}},
       {"cost_alpha",
-       "AUTO",
        "expected a non-negative integer, auto",
-       "got AUTO"},
-      {"cost_alpha", "-1", "expected a non-negative integer, auto", "got -1"},
-      {"cost_alpha",
-       "true",
-       "expected a non-negative integer, auto",
-       "got true"},
-      {"cost_alpha", "1.5", "expected a non-negative integer, auto", "got 1.5"},
-      {"cost_alpha",
-       "\"96\"",
-       "expected a non-negative integer, auto",
-       "got \"96\""},
-      {"cost_alpha",
-       "automodel:nope",
-       "automodel:<preset>",
-       "got automodel:nope"},
-      {"cost_alpha", "quadratic:1,2", "quadratic:a,b,c", "got quadratic:1,2"},
-      {"cost_alpha", "[1]", "expected a non-negative integer", "got [1]"},
-      {"partitioner",
-       "best",
-       "expected one of optimal, greedy, count, lpt",
-       "got best"},
-      {"partitioner", "Optimal", "expected one of optimal", "got Optimal"},
-      {"partitioner", "{a: 1}", "expected one of optimal", "got {a: 1}"},
-      {"tower", "qwen4", "expected a tower preset (", "got qwen4"},
+       {"AUTO", "-1", "true", "1.5", "\"96\""}},
+      {"cost_alpha", "automodel:<preset>", {"automodel:nope"}},
+      {"cost_alpha", "quadratic:a,b,c", {"quadratic:1,2"}},
+      {"cost_alpha", "expected a non-negative integer", {"[1]"}},
+      {"partitioner", "expected one of optimal, greedy, count, lpt", {"best"}},
+      {"partitioner", "expected one of optimal", {"Optimal", "{a: 1}"}},
+      {"tower", "expected a tower preset (", {"qwen4"}},
   };
   for (const auto& c : cases) {
-    SCOPED_TRACE(c.field + ": " + c.value);
-    const std::string msg =
-        error_of([&] { parse_config(fs_doc(c.field, c.value)); });
-    expect_contains(msg, "frameshard::config: " + kFs + "." + c.field + ": ");
-    expect_contains(msg, c.expected);
-    expect_contains(msg, c.got);
+    for (const std::string& value : c.values) {
+      SCOPED_TRACE(c.field + ": " + value);
+      const std::string msg =
+          error_of([&] { parse_config(fs_doc(c.field, value)); });
+      expect_contains(msg, "frameshard::config: " + kFs + "." + c.field + ": ");
+      expect_contains(msg, c.expected);
+      expect_contains(msg, got_value(value));
+    }
   }
 }
 
@@ -219,25 +200,24 @@ TEST(Config, RejectsBadIntegers) {
   // prior-art.md 1.1: bools, floats, quoted strings and negatives.
   for (const std::string field :
        {"min_tokens", "min_frames", "min_local_patch_rows"}) {
-    for (const auto& [value, got] :
-         std::vector<std::pair<std::string, std::string>>{
-             {"true", "true"},
-             {"false", "false"},
-             {"1.5", "1.5"},
-             {"\"96\"", "\"96\""},
-             {"-1", "-1"},
-             {"1e3", "1e3"},
-             {"0x10", "0x10"},
-             {"99999999999999999999", "99999999999999999999"},
-             {"[96]", "[96]"},
-             {"", "null"}}) {
+    for (const std::string value :
+         {"true",
+          "false",
+          "1.5",
+          "\"96\"",
+          "-1",
+          "1e3",
+          "0x10",
+          "99999999999999999999",
+          "[96]",
+          ""}) {
       SCOPED_TRACE(field + ": " + value);
       const std::string msg =
           error_of([&] { parse_config(fs_doc(field, value)); });
       EXPECT_EQ(
           msg.substr(0, msg.find(" (in")),
           "frameshard::config: " + kFs + "." + field +
-              ": expected a non-negative integer, got " + got);
+              ": expected a non-negative integer, " + got_value(value));
     }
   }
   for (const std::string field : {"cp_size", "dp_size", "tp_size"}) {
@@ -394,24 +374,13 @@ TEST(Config, FieldErrorsNameTheSourceLine) {
 // ----------------------------------------------------------------- files
 
 TEST(Config, LoadConfigReadsFileAndReportsMissingPath) {
-  char path[] = "/tmp/frameshard_config_test_XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  {
-    std::ofstream out(path);
-    out << fs_doc("enabled", "true");
-  }
-  const Config c = load_config(path);
+  const testing::TempFile file(fs_doc("enabled", "true"));
+  const Config c = load_config(file.path());
   EXPECT_TRUE(c.frame_sharding.enabled);
   EXPECT_EQ(c.cp_size, 2);
-  {
-    std::ofstream out(path);
-    out << "distributed:\n  cp_size: 2\n  cp_size: [\n";
-  }
+  file.write("distributed:\n  cp_size: 2\n  cp_size: [\n");
   expect_contains(
-      error_of([&] { load_config(path); }), std::string(path) + ":");
-  std::remove(path);
+      error_of([&] { load_config(file.path()); }), file.path() + ":");
 
   const std::string missing = "/nonexistent/frameshard/train.yaml";
   const std::string msg = error_of([&] { load_config(missing); });

@@ -46,11 +46,18 @@ double tower_macs(const TowerDims& t, int64_t p) {
   return macs;
 }
 
+// A tower's depth, width and MLP width.
+void expect_dims(
+    const TowerDims& t, int64_t depth, int64_t hidden, int64_t intermediate) {
+  SCOPED_TRACE(t.name);
+  EXPECT_EQ(t.depth, depth);
+  EXPECT_EQ(t.hidden, hidden);
+  EXPECT_EQ(t.intermediate, intermediate);
+}
+
 TEST(TowerPreset, HuggingFaceDims) {
   const TowerDims& q2 = tower_preset("qwen2-vl");
-  EXPECT_EQ(q2.depth, 32);
-  EXPECT_EQ(q2.hidden, 1280);
-  EXPECT_EQ(q2.intermediate, 5120);
+  expect_dims(q2, 32, 1280, 5120);
   EXPECT_FALSE(q2.gated_mlp);
   const TowerDims& q25 = tower_preset("qwen2.5-vl");
   EXPECT_EQ(q25.intermediate, 3420);
@@ -60,19 +67,13 @@ TEST(TowerPreset, HuggingFaceDims) {
   EXPECT_EQ(q25.full_layers(), 4);
   EXPECT_EQ(q25.window_layers(), 28);
   const TowerDims& q3 = tower_preset("qwen3-vl");
-  EXPECT_EQ(q3.depth, 27);
-  EXPECT_EQ(q3.hidden, 1152);
-  EXPECT_EQ(q3.intermediate, 4304);
+  expect_dims(q3, 27, 1152, 4304);
   EXPECT_EQ(q3.full_layers(), 27);
   EXPECT_EQ(q3.window_layers(), 0);
   const TowerDims& small = tower_preset("qwen3-vl-small");
-  EXPECT_EQ(small.depth, 24);
-  EXPECT_EQ(small.hidden, 1024);
-  EXPECT_EQ(small.intermediate, 4096);
+  expect_dims(small, 24, 1024, 4096);
   const TowerDims& q35 = tower_preset("qwen3.5");
-  EXPECT_EQ(q35.hidden, q3.hidden);
-  EXPECT_EQ(q35.intermediate, q3.intermediate);
-  EXPECT_EQ(q35.depth, q3.depth);
+  expect_dims(q35, q3.depth, q3.hidden, q3.intermediate);
   // Mergers: the patch merger, plus Qwen3-VL's three DeepStack mergers; all
   // to transformers' default out_hidden_size.
   EXPECT_EQ(q2.mergers, 1);
@@ -86,9 +87,7 @@ TEST(TowerPreset, HuggingFaceDims) {
   }
   // Nemotron Omni's RADIO (RadioConfig's and the Omni config's defaults).
   const TowerDims& radio = tower_preset("radio");
-  EXPECT_EQ(radio.depth, 32);
-  EXPECT_EQ(radio.hidden, 1280);
-  EXPECT_EQ(radio.intermediate, 5120);
+  expect_dims(radio, 32, 1280, 5120);
   EXPECT_EQ(radio.prefix_tokens, 10);
   EXPECT_EQ(radio.merger_hidden, 4096);
   EXPECT_EQ(radio.out_hidden, 4096);

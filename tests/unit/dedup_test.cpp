@@ -13,10 +13,13 @@
 #include <vector>
 
 #include "testing/expect_error.h"
+#include "testing/plan_options.h"
 
 namespace frameshard {
 namespace {
 
+using testing::always_shard;
+using testing::always_shard_mesh;
 using testing::error_of;
 using testing::expect_contains;
 
@@ -48,16 +51,6 @@ Keys all_distinct(const Grid& grid) {
   return k;
 }
 
-PlanOptions sharded(int64_t world) {
-  PlanOptions o;
-  o.world = world;
-  o.policy.enabled = true;
-  o.policy.min_tokens = 0;
-  o.policy.min_frames = 0;
-  o.min_local_patch_rows = 0;
-  return o;
-}
-
 TEST(Dedup, WithoutRepeatsTheGridAndThePlanAreTheOriginals) {
   const Grid grid = {{1, 8, 8}, {4, 4, 8}, {1, 8, 8}, {2, 16, 4}};
   const FrameDedup d = dedup_frames(grid, all_distinct(grid));
@@ -68,8 +61,8 @@ TEST(Dedup, WithoutRepeatsTheGridAndThePlanAreTheOriginals) {
   EXPECT_EQ(
       d.pixel_rows[0], (RowRange{0, expand_frames(grid).total_patch_rows}));
   for (int64_t world : {2, 3}) {
-    const ShardPlan a = make_plan(grid, sharded(world));
-    const ShardPlan b = make_plan(d.grid, sharded(world));
+    const ShardPlan a = make_plan(grid, always_shard(world));
+    const ShardPlan b = make_plan(d.grid, always_shard(world));
     EXPECT_EQ(a.fingerprint, b.fingerprint);
   }
 }
@@ -221,7 +214,7 @@ TEST(Dedup, OwnerRoutesSendEachDistinctRowOnceToEachConsumer) {
   const Grid grid = {{1, 8, 8}, {1, 4, 8}, {1, 8, 8}, {1, 4, 8}, {1, 8, 8}};
   const FrameDedup d = dedup_frames(grid, keys_of({1, 2, 1, 2, 1}));
   for (int64_t world : {2, 3}) {
-    const ShardPlan plan = make_plan(d.grid, sharded(world));
+    const ShardPlan plan = make_plan(d.grid, always_shard(world));
     ASSERT_TRUE(plan.sharded());
     Ints owner;
     for (int64_t u = 0; u < d.tokens; ++u) {
@@ -234,20 +227,11 @@ TEST(Dedup, OwnerRoutesSendEachDistinctRowOnceToEachConsumer) {
 TEST(Dedup, RouteUsesRefusesBadConsumers) {
   const Grid grid = {{1, 8, 8}, {1, 8, 8}};
   const FrameDedup d = dedup_frames(grid, keys_of({1, 1}));
-  const ShardPlan plan = make_plan({{1, 8, 8}, {1, 8, 8}}, sharded(2));
+  const ShardPlan plan = make_plan({{1, 8, 8}, {1, 8, 8}}, always_shard(2));
   UseConsumers uses{d.token_source, Ints(32, 0), Ints(32, 3)};
   expect_contains(
       error_of([&] { route_uses(plan, uses, 0); }),
       "expected consumer ranks within [0, 2), got [0, 3)");
-}
-
-MeshPlanOptions mesh(int64_t dp, int64_t cp, bool split = false) {
-  MeshPlanOptions o;
-  o.dp = dp;
-  o.cp = cp;
-  o.plan = sharded(1);
-  o.plan.split.enabled = split;
-  return o;
 }
 
 TEST(MeshDedup, AGroupSpreadOverReplicasIsEncodedOnceInTheMesh) {
@@ -255,7 +239,7 @@ TEST(MeshDedup, AGroupSpreadOverReplicasIsEncodedOnceInTheMesh) {
   const std::vector<Grid> replicas = {
       {{1, 8, 8}, {1, 4, 8}}, {{1, 4, 8}, {1, 8, 8}, {1, 8, 4}}};
   const std::vector<Keys> keys = {keys_of({1, 2}), keys_of({2, 1, 3})};
-  const MeshPlan mp = make_mesh_plan(replicas, mesh(2, 2), keys);
+  const MeshPlan mp = make_mesh_plan(replicas, always_shard_mesh(2, 2), keys);
   EXPECT_EQ(mp.dedup.distinct_units, 3);
   EXPECT_EQ(mp.plan.frames.grid, (Grid{{1, 8, 8}, {1, 4, 8}, {1, 8, 4}}));
   // Pixels: every rank receives exactly its distinct rows.
@@ -283,8 +267,9 @@ TEST(MeshDedup, WithoutRepeatsTheMeshPlanIsThePlanWithoutDedup) {
   const std::vector<Grid> replicas = {{{1, 8, 8}, {2, 4, 8}}, {{1, 8, 4}}};
   const std::vector<Keys> keys = {all_distinct(replicas[0]), keys_of({99})};
   for (bool split : {false, true}) {
-    const MeshPlan a = make_mesh_plan(replicas, mesh(2, 2, split));
-    const MeshPlan b = make_mesh_plan(replicas, mesh(2, 2, split), keys);
+    const MeshPlan a = make_mesh_plan(replicas, always_shard_mesh(2, 2, split));
+    const MeshPlan b =
+        make_mesh_plan(replicas, always_shard_mesh(2, 2, split), keys);
     EXPECT_EQ(a.plan.fingerprint, b.plan.fingerprint);
     for (int64_t r = 0; r < 4; ++r) {
       EXPECT_EQ(
@@ -298,7 +283,8 @@ TEST(MeshDedup, KeysMustMatchEachReplicasUnits) {
   const std::vector<Grid> replicas = {{{1, 8, 8}}, {}};
   expect_contains(
       error_of([&] {
-        make_mesh_plan(replicas, mesh(2, 1), {keys_of({1}), keys_of({2})});
+        make_mesh_plan(
+            replicas, always_shard_mesh(2, 1), {keys_of({1}), keys_of({2})});
       }),
       "expected one key per frame unit of replica 1 (0), got 1");
 }

@@ -14,27 +14,17 @@
 #include <vector>
 
 #include "testing/expect_error.h"
+#include "testing/plan_options.h"
 
 namespace frameshard {
 namespace {
 
+using testing::always_shard_mesh;
 using testing::error_of;
 using testing::expect_contains;
 
 using Grid = std::vector<GridThw>;
 using Ints = std::vector<int64_t>;
-
-MeshPlanOptions mesh(int64_t dp, int64_t cp, bool split = false) {
-  MeshPlanOptions o;
-  o.dp = dp;
-  o.cp = cp;
-  o.plan.policy.enabled = true;
-  o.plan.policy.min_tokens = 0;
-  o.plan.policy.min_frames = 0;
-  o.plan.min_local_patch_rows = 0;
-  o.plan.split.enabled = split;
-  return o;
-}
 
 Grid concat(const std::vector<Grid>& replicas) {
   Grid all;
@@ -115,8 +105,8 @@ void expect_routes_deliver(
 TEST(MeshPlan, IsTheCpPlanOfThePooledGridOverTheWholeMesh) {
   const std::vector<Grid> replicas = {
       {{1, 16, 16}, {4, 8, 8}}, {{1, 32, 32}}, {{2, 8, 12}, {1, 4, 4}}};
-  const MeshPlan mp = make_mesh_plan(replicas, mesh(3, 2));
-  PlanOptions o = mesh(3, 2).plan;
+  const MeshPlan mp = make_mesh_plan(replicas, always_shard_mesh(3, 2));
+  PlanOptions o = always_shard_mesh(3, 2).plan;
   o.world = 6;
   const ShardPlan pooled = make_plan(concat(replicas), o);
   EXPECT_EQ(mp.plan.fingerprint, pooled.fingerprint);
@@ -138,7 +128,7 @@ TEST(MeshPlan, ATextOnlyReplicaEncodesItsNeighboursFrames) {
   // gives replica 1's rank half.
   const std::vector<Grid> replicas = {
       {{1, 32, 32}, {1, 16, 16}, {1, 16, 16}, {1, 32, 32}}, {}};
-  const MeshPlan mp = make_mesh_plan(replicas, mesh(2, 1));
+  const MeshPlan mp = make_mesh_plan(replicas, always_shard_mesh(2, 1));
   ASSERT_TRUE(mp.plan.sharded());
   EXPECT_EQ(mp.replica_units, (Ints{0, 4, 4}));
   EXPECT_FALSE(mp.plan.ranks[1].units.empty());
@@ -153,7 +143,7 @@ TEST(MeshPlan, ATextOnlyReplicaEncodesItsNeighboursFrames) {
 }
 
 TEST(MeshPlan, NoMediaOnAnyReplicaIsTheReplicatedPathWithEmptyRanks) {
-  const MeshPlan mp = make_mesh_plan({{}, {}}, mesh(2, 2));
+  const MeshPlan mp = make_mesh_plan({{}, {}}, always_shard_mesh(2, 2));
   EXPECT_TRUE(mp.empty());
   EXPECT_FALSE(mp.plan.sharded());
   EXPECT_EQ(mp.plan.reason, "no media on any replica");
@@ -169,7 +159,7 @@ TEST(MeshPlan, NoMediaOnAnyReplicaIsTheReplicatedPathWithEmptyRanks) {
 
 TEST(MeshPlan, OwnerRoutingSendsEachRowOnlyToItsConsumer) {
   const std::vector<Grid> replicas = {{{1, 16, 16}, {2, 8, 8}}, {{1, 8, 24}}};
-  const MeshPlan mp = make_mesh_plan(replicas, mesh(2, 2));
+  const MeshPlan mp = make_mesh_plan(replicas, always_shard_mesh(2, 2));
   // Alternate owners within each replica's tokens.
   std::vector<Ints> owners(2);
   for (int64_t q = 0; q < 2; ++q) {
@@ -193,7 +183,7 @@ TEST(MeshPlan, SplitFramesCrossReplicaBoundaries) {
   // optimal plan cuts the page, and pieces of it land on replica 1's ranks,
   // whose pixels then come from replica 0.
   const std::vector<Grid> replicas = {{{1, 64, 64}}, {{1, 8, 8}}};
-  const MeshPlan mp = make_mesh_plan(replicas, mesh(2, 2, true));
+  const MeshPlan mp = make_mesh_plan(replicas, always_shard_mesh(2, 2, true));
   ASSERT_TRUE(mp.plan.split);
   bool remote_piece = false;
   for (int64_t r = 2; r < 4; ++r) {
@@ -217,13 +207,13 @@ TEST(MeshPlan, NeverWorseThanTheSlowestReplicasCpPlan) {
           scale_workload(preset_workload(names[(seed + q) % 4], seed), 8).grid);
     }
     replicas.push_back({});  // and a text-only replica
-    const MeshPlan mp = make_mesh_plan(replicas, mesh(3, 2));
+    const MeshPlan mp = make_mesh_plan(replicas, always_shard_mesh(3, 2));
     double worst = 0.0;
     for (const Grid& g : replicas) {
       if (g.empty()) {
         continue;
       }
-      PlanOptions o = mesh(1, 2).plan;
+      PlanOptions o = always_shard_mesh(1, 2).plan;
       o.world = 2;
       worst = std::max(worst, make_plan(g, o).partition.max_cost());
     }
@@ -234,7 +224,7 @@ TEST(MeshPlan, NeverWorseThanTheSlowestReplicasCpPlan) {
 // --- The per-step choice (policy auto) and the CP-only plan ---------------
 
 MeshPlanOptions auto_mesh(int64_t dp, int64_t cp, bool split = false) {
-  MeshPlanOptions o = mesh(dp, cp, split);
+  MeshPlanOptions o = always_shard_mesh(dp, cp, split);
   o.plan.policy.kind = PolicyKind::kAuto;
   return o;
 }
@@ -246,7 +236,7 @@ const std::vector<Grid> kStraggler = {
 
 TEST(BlockedPlan, KeepsEachBlockOnItsOwnRanksAndPartitionsItAlone) {
   const Grid grid = {{1, 16, 16}, {4, 8, 8}, {1, 32, 32}, {2, 8, 12}};
-  PlanOptions o = mesh(1, 1).plan;
+  PlanOptions o = always_shard_mesh(1, 1).plan;
   o.world = 4;
   const ShardPlan p = make_blocked_plan(grid, o, {0, 5, 8}, "blocks");
   ASSERT_TRUE(p.sharded());
@@ -267,7 +257,7 @@ TEST(BlockedPlan, KeepsEachBlockOnItsOwnRanksAndPartitionsItAlone) {
 }
 
 TEST(BlockedPlan, GivesTheRanksOfAnEmptyBlockADummyFrame) {
-  PlanOptions o = mesh(1, 1).plan;
+  PlanOptions o = always_shard_mesh(1, 1).plan;
   o.world = 4;
   const ShardPlan p =
       make_blocked_plan({{1, 16, 16}, {1, 8, 8}}, o, {0, 2, 2}, "");
@@ -278,7 +268,7 @@ TEST(BlockedPlan, GivesTheRanksOfAnEmptyBlockADummyFrame) {
 }
 
 TEST(BlockedPlan, CutsAPageOnlyAcrossItsOwnBlocksRanks) {
-  PlanOptions o = mesh(1, 1, true).plan;
+  PlanOptions o = always_shard_mesh(1, 1, true).plan;
   o.world = 4;
   const ShardPlan p =
       make_blocked_plan({{1, 64, 64}, {1, 8, 8}}, o, {0, 1, 2}, "");
@@ -293,7 +283,7 @@ TEST(BlockedPlan, CutsAPageOnlyAcrossItsOwnBlocksRanks) {
 }
 
 TEST(BlockedPlan, RefusesBlocksThatCutAMediaItemOrTheWorld) {
-  PlanOptions o = mesh(1, 1).plan;
+  PlanOptions o = always_shard_mesh(1, 1).plan;
   o.world = 4;
   expect_contains(
       error_of([&] {
@@ -343,7 +333,7 @@ TEST(MeshChoice, KeepsBalancedReplicasOnTheirOwnRanks) {
   }
   expect_routes_deliver(mp);
   // The same batch under the threshold policy pools, as before.
-  const MeshPlan pooled = make_mesh_plan(replicas, mesh(2, 2));
+  const MeshPlan pooled = make_mesh_plan(replicas, always_shard_mesh(2, 2));
   EXPECT_FALSE(pooled.choice.weighed);
   EXPECT_EQ(pooled.mode, MeshMode::kMesh);
 }
@@ -472,19 +462,20 @@ TEST(MeshChoice, WithDedupBlocksFollowTheReplicaOfFirstUse) {
 TEST(MeshPlan, ErrorsNameTheReplicaAndTheField) {
   expect_contains(
       error_of([] {
-        make_mesh_plan({{{1, 4, 4}}}, mesh(2, 1));
+        make_mesh_plan({{{1, 4, 4}}}, always_shard_mesh(2, 1));
       }),
       "frameshard::make_mesh_plan: expected one grid per replica (dp = 2), "
       "got 1");
   expect_contains(
       error_of([] {
-        make_mesh_plan({{{1, 4, 4}}, {{1, 3, 4}}}, mesh(2, 1));
+        make_mesh_plan({{{1, 4, 4}}, {{1, 3, 4}}}, always_shard_mesh(2, 1));
       }),
       "frameshard::make_mesh_plan: replica 1: ");
   expect_contains(
-      error_of([] { make_mesh_plan({}, mesh(0, 1)); }),
+      error_of([] { make_mesh_plan({}, always_shard_mesh(0, 1)); }),
       "expected dp in [1, 65536], got 0");
-  const MeshPlan mp = make_mesh_plan({{{1, 4, 4}}, {}}, mesh(2, 1));
+  const MeshPlan mp =
+      make_mesh_plan({{{1, 4, 4}}, {}}, always_shard_mesh(2, 1));
   expect_contains(
       error_of([&] { mesh_pixel_route(mp, 2); }),
       "expected a mesh rank in [0, 2), got 2");

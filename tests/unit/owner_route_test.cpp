@@ -13,8 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "testing/plan_options.h"
+
 namespace frameshard {
 namespace {
+
+using testing::always_shard;
 
 TEST(PositionOwner, ContiguousAndLoadBalancedSplits) {
   // 16 positions over cp 2: contiguous [0, 8) -> 0; load-balanced chunks
@@ -158,12 +162,8 @@ TEST(OwnerRoute, SimulatedExchangesDeliverEveryTokenToItsOwnerInOrder) {
            2 * (1 + static_cast<int64_t>(rng.below(4))),
            2 * (1 + static_cast<int64_t>(rng.below(4)))});
     }
-    PlanOptions o;
-    o.world = 1 + static_cast<int64_t>(rng.below(5));
+    PlanOptions o = always_shard(1 + static_cast<int64_t>(rng.below(5)));
     o.partitioner = all_partitioners()[rng.below(4)];
-    o.policy.enabled = true;
-    o.policy.min_tokens = 0;
-    o.policy.min_frames = 0;
     o.min_local_patch_rows = static_cast<int64_t>(rng.below(2)) * 16;
     const ShardPlan plan = make_plan(grid, o);
     if (!plan.sharded()) {
@@ -187,11 +187,7 @@ TEST(OwnerRoute, SimulatedExchangesDeliverEveryTokenToItsOwnerInOrder) {
 }
 
 TEST(OwnerRoute, ABadOwnerMapOrAReplicatedPlanIsAnError) {
-  PlanOptions o;
-  o.world = 2;
-  o.policy.enabled = true;
-  o.policy.min_tokens = 0;
-  o.policy.min_frames = 0;
+  PlanOptions o = always_shard(2);
   const ShardPlan plan = make_plan({{2, 4, 4}}, o);
   ASSERT_TRUE(plan.sharded());
   try {

@@ -165,6 +165,15 @@ TEST(SplitPartition, LargerRandomBatchesKeepEveryPlanRelation) {
   EXPECT_GT(split_plans, 30);
 }
 
+// A plan that declines to split is exactly the plan with splitting off.
+void expect_kept_whole(const Grid& grid, const PlanOptions& o) {
+  const ShardPlan plan = make_plan(grid, o);
+  EXPECT_FALSE(plan.split);
+  PlanOptions off = o;
+  off.split.enabled = false;
+  EXPECT_EQ(plan.fingerprint, make_plan(grid, off).fingerprint);
+}
+
 TEST(SplitPartition, EqualFramesOnEqualRanksAreNotSplit) {
   PlanOptions o = split_options(2);
   const Grid grid{{1, 16, 16}, {1, 16, 16}};
@@ -189,11 +198,7 @@ TEST(SplitPartition, FramesNoDenserThanTheExchangeCostAreNeverSplit) {
     // Density of a frame of p rows under p^2: p; all are below 1e6.
     o.split.exchange_row_cost = 1e6;
     const Grid grid{{1, 32, 32}, {2, 8, 8}};
-    const ShardPlan plan = make_plan(grid, o);
-    EXPECT_FALSE(plan.split);
-    PlanOptions off = o;
-    off.split.enabled = false;
-    EXPECT_EQ(plan.fingerprint, make_plan(grid, off).fingerprint);
+    expect_kept_whole(grid, o);
     // Exactly at the density (1024 rows: d = 1024) is not enough either.
     o.split.exchange_row_cost = 1024.0;
     EXPECT_FALSE(make_plan({{1, 32, 32}}, o).split);
@@ -212,11 +217,7 @@ TEST(SplitPartition, ACutMustBuyAtLeastTheMinimumGain) {
   o.split.min_gain = 124.0 / 2048.0;  // exactly the gain: still cut
   EXPECT_TRUE(make_plan(grid, o).split);
   o.split.min_gain = 0.061;
-  const ShardPlan kept = make_plan(grid, o);
-  EXPECT_FALSE(kept.split);
-  PlanOptions off = o;
-  off.split.enabled = false;
-  EXPECT_EQ(kept.fingerprint, make_plan(grid, off).fingerprint);
+  expect_kept_whole(grid, o);
   // The default asks 5 %: a 3.6 % gain (e = 950) is not worth the exchanges.
   o = split_options(2, 950.0);
   EXPECT_TRUE(make_plan(grid, o).split);
@@ -244,11 +245,7 @@ TEST(SplitPartition, TheExchangesFixedLatencyIsPaidBeforeTheMinimumGain) {
   EXPECT_DOUBLE_EQ(paid.max_cost, free.max_cost + 0.01 * whole);
   EXPECT_EQ(make_plan(grid, o).partition.rank_costs, paid.rank_costs);
   o.split.exchange_fixed_cost = 0.02 * whole;  // 4.05 % left: kept whole
-  const ShardPlan kept = make_plan(grid, o);
-  EXPECT_FALSE(kept.split);
-  PlanOptions off = o;
-  off.split.enabled = false;
-  EXPECT_EQ(kept.fingerprint, make_plan(grid, off).fingerprint);
+  expect_kept_whole(grid, o);
   // With no minimum gain, a fixed cost above the whole gain keeps it too.
   o.split.min_gain = 0.0;
   o.split.exchange_fixed_cost = 0.07 * whole;

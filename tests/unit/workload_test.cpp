@@ -6,15 +6,13 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "testing/expect_error.h"
+#include "testing/temp_file.h"
 
 namespace frameshard {
 namespace {
@@ -132,23 +130,12 @@ TEST(Workload, JsonRoundTrip) {
 }
 
 TEST(Workload, LoadWorkloadFromFile) {
-  char path[] = "/tmp/frameshard_workload_test_XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  {
-    std::ofstream out(path);
-    out << R"({"grid_thw": [[1, 64, 64], [16, 16, 16]]})";
-  }
-  const Workload wl = load_workload(path);
-  EXPECT_EQ(wl.name, path);
+  const testing::TempFile file(R"({"grid_thw": [[1, 64, 64], [16, 16, 16]]})");
+  const Workload wl = load_workload(file.path());
+  EXPECT_EQ(wl.name, file.path());
   EXPECT_EQ(wl.grid.size(), 2u);
-  {
-    std::ofstream out(path);
-    out << R"({"grid_thw": [[1, 64, 63]]})";
-  }
-  expect_contains(error_of([&] { load_workload(path); }), path);
-  std::remove(path);
+  file.write(R"({"grid_thw": [[1, 64, 63]]})");
+  expect_contains(error_of([&] { load_workload(file.path()); }), file.path());
   const std::string missing = "/nonexistent/frameshard/batch.json";
   expect_contains(error_of([&] { load_workload(missing); }), missing);
 }
