@@ -91,7 +91,7 @@ def default_group(fn: str) -> dist.ProcessGroup:
 def _device_mesh_type() -> type | None:
     if not dist.is_available():
         return None
-    from torch.distributed.device_mesh import DeviceMesh  # noqa: PLC0415  (imports on use)
+    from torch.distributed.device_mesh import DeviceMesh  # noqa: PLC0415  (absent without torch.distributed)
 
     return DeviceMesh
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 from .._C import FrameshardError
 from .._shutdown import shut_down
@@ -66,8 +67,6 @@ def _mesh(recipe: dict, world: int, device: torch.device) -> Any:
     dp, cp = int(recipe["distributed.dp_size"]), int(recipe["distributed.cp_size"])
     if world == 1 or (dp == 1 and list(recipe[FS + ".mesh_dims"]) == ["cp"]):
         return None
-    from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415  (imports on use)
-
     return init_device_mesh(device.type, (dp, cp), mesh_dim_names=("dp", "cp"))
 
 

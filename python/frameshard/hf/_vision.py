@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol
 
 import torch
+from torch.utils import checkpoint
 
 from .. import _shard
 from .._C import FrameshardError
@@ -82,8 +83,6 @@ def _passes_through(error: BaseException | None) -> bool:
     """Whether a tower exception is control flow that must reach its caller as raised: the
     early stop of a non-reentrant torch.utils.checkpoint recomputation, which every rank raises
     in its own tower (all saved tensors of the checkpointed vision call are the tower's)."""
-    from torch.utils import checkpoint  # noqa: PLC0415
-
     stop = getattr(checkpoint, "_StopRecomputationError", None)
     return stop is not None and isinstance(error, stop)
 
