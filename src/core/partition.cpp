@@ -499,10 +499,16 @@ Partitioner parse_partitioner(const std::string& name, const char* field) {
       return p;
     }
   }
+  std::string names;
+  for (Partitioner p : all_partitioners()) {
+    names += (names.empty() ? "" : ", ") + to_string(p);
+  }
   detail::fail(
       "parse_partitioner",
       field,
-      ": expected one of optimal, greedy, count, lpt, got \"",
+      ": expected one of ",
+      names,
+      ", got \"",
       name,
       "\"");
 }
