@@ -20,10 +20,7 @@
 namespace frameshard {
 namespace {
 
-using testing::CountingGroup;
-using testing::expect_same_error_everywhere;
-using testing::RankOutcome;
-using testing::run_ranks_collect;
+using namespace testing;
 
 /// Runs agree_values(fn "context_parallel") on `world` ranks with the names
 /// and values `args` gives each rank; `collectives[rank]` counts the

@@ -16,10 +16,7 @@
 namespace frameshard {
 namespace {
 
-using testing::CountingGroup;
-using testing::expect_same_error_everywhere;
-using testing::RankOutcome;
-using testing::run_ranks_collect;
+using namespace testing;
 
 TEST(GridDifference, NamesTheFirstDifferingRowOrTheRowCounts) {
   const std::vector<GridThw> a{{1, 32, 32}, {2, 16, 16}, {1, 8, 8}};

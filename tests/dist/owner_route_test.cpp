@@ -27,11 +27,7 @@
 namespace frameshard {
 namespace {
 
-using testing::kMixedGrid;
-using testing::kTestFeatures;
-using testing::sharding_options;
-using testing::spread_token_owners;
-using testing::test_tower_factory;
+using namespace testing;
 
 struct OwnerCase {
   std::vector<GridThw> grid = kMixedGrid;

@@ -18,73 +18,74 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <variant>
 
 namespace {
 
 using frameshard::models::QwenVisionConfig;
 
-// Field-by-field equality of the family configs (they have no operator==).
+// Field-by-field equality of the family configs (they have no operator==):
+// each family's fields as a tuple of references; a Qwen family's are those
+// the three share, then its own.
+auto own_fields(const frameshard::models::Qwen2VLVisionConfig& c) {
+  return std::tie(c.embed_dim, c.mlp_ratio);
+}
+auto own_fields(const frameshard::models::Qwen2_5VLVisionConfig& c) {
+  return std::tie(
+      c.intermediate_size,
+      c.window_size,
+      c.out_hidden_size,
+      c.fullatt_block_indexes);
+}
+auto own_fields(const frameshard::models::Qwen3VLVisionConfig& c) {
+  return std::tie(
+      c.intermediate_size,
+      c.out_hidden_size,
+      c.num_position_embeddings,
+      c.deepstack_visual_indexes);
+}
+template <typename C>
+auto fields(const C& c) {
+  return std::tuple_cat(
+      std::tie(
+          c.depth,
+          c.hidden_size,
+          c.hidden_act,
+          c.num_heads,
+          c.in_channels,
+          c.patch_size,
+          c.spatial_merge_size,
+          c.temporal_patch_size,
+          c.rope_theta),
+      own_fields(c));
+}
+auto fields(const frameshard::models::RadioVisionConfig& c) {
+  return std::tie(
+      c.depth,
+      c.hidden_size,
+      c.num_heads,
+      c.mlp_ratio,
+      c.hidden_act,
+      c.layer_norm_eps,
+      c.in_channels,
+      c.patch_size,
+      c.max_img_size,
+      c.num_cls_tokens,
+      c.num_registers,
+      c.projector_hidden_size,
+      c.out_hidden_size,
+      c.final_layernorm);
+}
+
 struct SameFields {
   template <typename A, typename B>
   bool operator()(const A&, const B&) const {
     return false;
   }
-  bool operator()(
-      const frameshard::models::Qwen2VLVisionConfig& a,
-      const frameshard::models::Qwen2VLVisionConfig& b) const {
-    return a.depth == b.depth && a.embed_dim == b.embed_dim &&
-           a.hidden_size == b.hidden_size && a.hidden_act == b.hidden_act &&
-           a.mlp_ratio == b.mlp_ratio && a.num_heads == b.num_heads &&
-           a.in_channels == b.in_channels && a.patch_size == b.patch_size &&
-           a.spatial_merge_size == b.spatial_merge_size &&
-           a.temporal_patch_size == b.temporal_patch_size &&
-           a.rope_theta == b.rope_theta;
-  }
-  bool operator()(
-      const frameshard::models::Qwen2_5VLVisionConfig& a,
-      const frameshard::models::Qwen2_5VLVisionConfig& b) const {
-    return a.depth == b.depth && a.hidden_size == b.hidden_size &&
-           a.hidden_act == b.hidden_act &&
-           a.intermediate_size == b.intermediate_size &&
-           a.num_heads == b.num_heads && a.in_channels == b.in_channels &&
-           a.patch_size == b.patch_size &&
-           a.spatial_merge_size == b.spatial_merge_size &&
-           a.temporal_patch_size == b.temporal_patch_size &&
-           a.window_size == b.window_size &&
-           a.out_hidden_size == b.out_hidden_size &&
-           a.fullatt_block_indexes == b.fullatt_block_indexes &&
-           a.rope_theta == b.rope_theta;
-  }
-  bool operator()(
-      const frameshard::models::Qwen3VLVisionConfig& a,
-      const frameshard::models::Qwen3VLVisionConfig& b) const {
-    return a.depth == b.depth && a.hidden_size == b.hidden_size &&
-           a.hidden_act == b.hidden_act &&
-           a.intermediate_size == b.intermediate_size &&
-           a.num_heads == b.num_heads && a.in_channels == b.in_channels &&
-           a.patch_size == b.patch_size &&
-           a.spatial_merge_size == b.spatial_merge_size &&
-           a.temporal_patch_size == b.temporal_patch_size &&
-           a.out_hidden_size == b.out_hidden_size &&
-           a.num_position_embeddings == b.num_position_embeddings &&
-           a.deepstack_visual_indexes == b.deepstack_visual_indexes &&
-           a.rope_theta == b.rope_theta;
-  }
-  bool operator()(
-      const frameshard::models::RadioVisionConfig& a,
-      const frameshard::models::RadioVisionConfig& b) const {
-    return a.depth == b.depth && a.hidden_size == b.hidden_size &&
-           a.num_heads == b.num_heads && a.mlp_ratio == b.mlp_ratio &&
-           a.hidden_act == b.hidden_act &&
-           a.layer_norm_eps == b.layer_norm_eps &&
-           a.in_channels == b.in_channels && a.patch_size == b.patch_size &&
-           a.max_img_size == b.max_img_size &&
-           a.num_cls_tokens == b.num_cls_tokens &&
-           a.num_registers == b.num_registers &&
-           a.projector_hidden_size == b.projector_hidden_size &&
-           a.out_hidden_size == b.out_hidden_size &&
-           a.final_layernorm == b.final_layernorm;
+  template <typename C>
+  bool operator()(const C& a, const C& b) const {
+    return fields(a) == fields(b);
   }
 };
 

@@ -20,19 +20,8 @@ namespace frameshard {
 namespace models {
 namespace {
 
-using testing::cu_tensor;
-using testing::family_name;
-using testing::grid_tensor;
-using testing::kMixed;
-using testing::max_abs_diff;
-using testing::patch_rows;
-using testing::QwenFamilyTest;
-using testing::random_model;
-using testing::random_pixels;
-using testing::run_tower;
-using testing::sci;
-using testing::tiny_config;
-using testing::with_parameters_of;
+using namespace testing;
+using testing::patch_rows;  // over frameshard::patch_rows (frames.h)
 
 TEST_P(QwenFamilyTest, ValidatesTowerInput) {
   const auto cfg = tiny_config(GetParam());

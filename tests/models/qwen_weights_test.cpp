@@ -23,18 +23,7 @@ namespace frameshard {
 namespace models {
 namespace {
 
-using testing::hf_config_json;
-using testing::kMixed;
-using testing::max_abs_diff;
-using testing::QwenFamilyTest;
-using testing::random_model;
-using testing::random_pixels;
-using testing::run_tower;
-using testing::ScratchDir;
-using testing::tiny_config;
-using testing::torch_error_of;
-using testing::write_bytes;
-using testing::write_model_dir;
+using namespace testing;
 
 TEST_P(QwenFamilyTest, LoadsHuggingFaceNamesFromEitherPrefixAndShards) {
   const auto cfg = tiny_config(GetParam());

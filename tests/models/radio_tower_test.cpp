@@ -24,16 +24,7 @@ namespace frameshard {
 namespace models {
 namespace {
 
-using testing::grid_tensor;
-using testing::kMixed;
-using testing::max_abs_diff;
-using testing::random_model;
-using testing::random_pixels;
-using testing::run_tower;
-using testing::ScratchDir;
-using testing::tiny_config;
-using testing::torch_error_of;
-using testing::write_bytes;
+using namespace testing;
 
 // A config.json as save_pretrained writes it for a tiny Nemotron Omni.
 nlohmann::json omni_json() {

@@ -129,42 +129,39 @@ TEST(Safetensors, RejectsCorruptFilesNamingTheProblem) {
   EXPECT_TORCH_ERROR_CONTAINS(
       open_bytes(std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8) + "{}"),
       "header length");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes("{nope", "")), "JSON");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes("[1]", "")), "object");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes(
-          R"({"a":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", f32x2)),
-      "\"Q7\"");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes(
-          R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", f32x2)),
-      "3 elements of F32");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes(
-          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", f32x2)),
-      "(the byte buffer)");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes(
-          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-          R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-          f32x2)),
-      "without overlap or gap");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes(
-          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", f32x2)),
-      "truncated or trailing data");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes(
-          R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", f32x2)),
-      "non-negative integers");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes(R"({"a":{"dtype":"F32"}})", "")),
-      "\"data_offsets\"");
-  EXPECT_TORCH_ERROR_CONTAINS(
-      open_bytes(safetensors_bytes(R"({"__metadata__":{"k":1}})", "")),
-      "string values");
+  // A header of one F32 tensor "a".
+  auto f32_header = [](const std::string& shape, const std::string& offsets) {
+    return R"({"a":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":)" +
+           offsets + "}}";
+  };
+  // A corrupt header (with `data` after it) and the error's words.
+  struct BadHeader {
+    std::string header;
+    std::string data;
+    const char* error;
+  };
+  const BadHeader kBadHeaders[] = {
+      {"{nope", "", "JSON"},
+      {"[1]", "", "object"},
+      {R"({"a":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})",
+       f32x2,
+       "\"Q7\""},
+      {f32_header("[3]", "[0,8]"), f32x2, "3 elements of F32"},
+      {f32_header("[2]", "[0,16]"), f32x2, "(the byte buffer)"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       f32x2,
+       "without overlap or gap"},
+      {f32_header("[1]", "[0,4]"), f32x2, "truncated or trailing data"},
+      {f32_header("[-2]", "[0,8]"), f32x2, "non-negative integers"},
+      {R"({"a":{"dtype":"F32"}})", "", "\"data_offsets\""},
+      {R"({"__metadata__":{"k":1}})", "", "string values"},
+  };
+  for (const BadHeader& bad : kBadHeaders) {
+    SCOPED_TRACE(bad.header);
+    EXPECT_TORCH_ERROR_CONTAINS(
+        open_bytes(safetensors_bytes(bad.header, bad.data)), bad.error);
+  }
   // A dtype we do not read opens (a quantised language model may sit in the
   // same file) but cannot be read.
   write_bytes(

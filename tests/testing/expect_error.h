@@ -17,22 +17,35 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
 namespace frameshard {
 namespace testing {
 
+// Runs `fn` and returns what `read` makes of the E it throws; nullopt when
+// it throws nothing (anything but an E propagates).
+template <typename E, typename Fn, typename Read>
+std::optional<std::string> thrown_message(Fn&& fn, Read&& read) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return read(e);
+  }
+  return std::nullopt;
+}
+
 // Runs `fn`, expects a frameshard::Error and returns its message; a call that
 // does not throw is a test failure (and returns "").
 template <typename Fn>
 std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
+  const std::optional<std::string> msg = thrown_message<Error>(
+      fn, [](const Error& e) { return std::string(e.what()); });
+  if (!msg) {
+    ADD_FAILURE() << "expected frameshard::Error";
+    return "";
   }
-  ADD_FAILURE() << "expected frameshard::Error";
-  return "";
+  return *msg;
 }
 
 // Expects `part` somewhere in `msg`; on failure prints both.

@@ -10,6 +10,8 @@
 //   EXPECT_EQ(torch_error_of([&] { make_qwen_vision(cfg); }), "");
 #pragma once
 
+#include "testing/expect_error.h"
+
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
@@ -23,14 +25,14 @@ namespace testing {
 /// does not throw (so a test can also assert that a call succeeds).
 template <typename Fn>
 std::string torch_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return thrown_message<std::exception>(
+             fn,
+             [](const std::exception& e) -> std::string {
+               const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+               return c10_error ? c10_error->what_without_backtrace()
+                                : e.what();
+             })
+      .value_or("");
 }
 
 }  // namespace testing

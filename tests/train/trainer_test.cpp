@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -62,6 +63,16 @@ double max_grad_diff(const ArmResult& a, const ArmResult& b) {
   return d;
 }
 
+// Expects `got` to train like `want`: each step's loss and every gradient
+// after step 0 within `tol`.
+void expect_trains_alike(
+    const ArmResult& want, const ArmResult& got, double tol) {
+  for (size_t s = 0; s < want.losses.size(); ++s) {
+    EXPECT_NEAR(want.losses[s], got.losses[s], tol) << "step " << s;
+  }
+  EXPECT_LE(max_grad_diff(want, got), tol);
+}
+
 TEST(Trainer, ShardedAndReplicatedArmsAgreeInLossesAndGradients) {
   const auto c = tiny_config(2, "float32");
   const ArmResult rep = run_arm(c, false, 2);
@@ -70,11 +81,8 @@ TEST(Trainer, ShardedAndReplicatedArmsAgreeInLossesAndGradients) {
   EXPECT_EQ(sh.plan_path, "sharded");
   ASSERT_EQ(rep.losses.size(), 3u);
   ASSERT_EQ(sh.losses.size(), 3u);
-  for (size_t s = 0; s < rep.losses.size(); ++s) {
-    EXPECT_NEAR(rep.losses[s], sh.losses[s], 1e-5) << "step " << s;
-  }
   EXPECT_GT(rep.grads.size(), 10u);
-  EXPECT_LE(max_grad_diff(rep, sh), 1e-5);
+  expect_trains_alike(rep, sh, 1e-5);
   // The losses move: the optimizer trains.
   EXPECT_NE(rep.losses.front(), rep.losses.back());
 }
@@ -96,10 +104,7 @@ TEST(Trainer, ContextParallelTrainingEqualsOneProcessInFloat64) {
   const ArmResult one = run_arm(tiny_config(1, "float64"), true, 1);
   const ArmResult two = run_arm(tiny_config(2, "float64"), true, 2);
   ASSERT_EQ(one.losses.size(), two.losses.size());
-  for (size_t s = 0; s < one.losses.size(); ++s) {
-    EXPECT_NEAR(one.losses[s], two.losses[s], 1e-10) << "step " << s;
-  }
-  EXPECT_LE(max_grad_diff(one, two), 1e-10);
+  expect_trains_alike(one, two, 1e-10);
 }
 
 TEST(Trainer, CpSizeOneRunsReplicatedSilently) {
@@ -113,10 +118,7 @@ TEST(Trainer, ActivationCheckpointingChangesNoValue) {
   const ArmResult plain = run_arm(c, true, 2);
   c.model.vision_checkpointing = true;
   const ArmResult ckpt = run_arm(c, true, 2);
-  for (size_t s = 0; s < plain.losses.size(); ++s) {
-    EXPECT_NEAR(plain.losses[s], ckpt.losses[s], 1e-12) << "step " << s;
-  }
-  EXPECT_LE(max_grad_diff(plain, ckpt), 1e-12);
+  expect_trains_alike(plain, ckpt, 1e-12);
 }
 
 TEST(Trainer, MegatronVisionDpOverCpMatchesReplicated) {
@@ -126,10 +128,7 @@ TEST(Trainer, MegatronVisionDpOverCpMatchesReplicated) {
   const ArmResult rep = run_arm(c, false, 2);
   const ArmResult mg = run_arm(c, true, 2);
   EXPECT_EQ(mg.plan_path, "sharded");
-  for (size_t s = 0; s < rep.losses.size(); ++s) {
-    EXPECT_NEAR(rep.losses[s], mg.losses[s], 1e-5) << "step " << s;
-  }
-  EXPECT_LE(max_grad_diff(rep, mg), 1e-5);
+  expect_trains_alike(rep, mg, 1e-5);
 }
 
 // Nemotron Omni's RADIO tower (model.tower radio) under both rules, the
@@ -149,10 +148,7 @@ TEST(Trainer, RadioTowerTrainsLikeReplicatedUnderBothRules) {
       << "the RADIO tower ran";
   for (const ArmResult* arm : {&fs, &mg}) {
     EXPECT_EQ(arm->plan_path, "sharded");
-    for (size_t s = 0; s < rep.losses.size(); ++s) {
-      EXPECT_NEAR(rep.losses[s], arm->losses[s], 1e-5) << "step " << s;
-    }
-    EXPECT_LE(max_grad_diff(rep, *arm), 1e-5);
+    expect_trains_alike(rep, *arm, 1e-5);
   }
 }
 
@@ -171,10 +167,7 @@ TEST(Trainer, AHuggingFaceCheckpointsTowerTrainsInBothArmsAlike) {
   const ArmResult rep = run_arm(c, false, 2);
   const ArmResult sh = run_arm(c, true, 2);
   EXPECT_EQ(sh.plan_path, "sharded");
-  for (size_t s = 0; s < rep.losses.size(); ++s) {
-    EXPECT_NEAR(rep.losses[s], sh.losses[s], 1e-5) << "step " << s;
-  }
-  EXPECT_LE(max_grad_diff(rep, sh), 1e-5);
+  expect_trains_alike(rep, sh, 1e-5);
   // The checkpoint's tensors are what the tower trains (HF names).
   EXPECT_EQ(sh.grads.count("tower.deepstack_merger_list.1.norm.weight"), 1u);
   EXPECT_EQ(sh.grads.at("decoder.embed.weight").size(1), 24);
@@ -190,57 +183,58 @@ TEST(Trainer, OwnerRoutedEmbeddingsTrainLikeTheReplicatedArm) {
     const ArmResult all = run_arm(c, true, cp);
     c.parallel.frame_sharding.gather = "owner";
     const ArmResult owner = run_arm(c, true, cp);
+    SCOPED_TRACE("cp " + std::to_string(cp));
     EXPECT_EQ(owner.plan_path, "sharded");
-    for (size_t s = 0; s < rep.losses.size(); ++s) {
-      EXPECT_NEAR(rep.losses[s], owner.losses[s], 1e-10)
-          << "cp " << cp << " step " << s;
-    }
-    EXPECT_LE(max_grad_diff(rep, owner), 1e-10) << "cp " << cp;
-    EXPECT_LE(max_grad_diff(all, owner), 1e-10) << "cp " << cp;
+    expect_trains_alike(rep, owner, 1e-10);
+    EXPECT_LE(max_grad_diff(all, owner), 1e-10);
   }
 }
 
-TEST(Trainer, GroupSmallerThanTheRecipeRaisesOnEveryRank) {
-  const auto c = tiny_config(3, "float32");
+// Constructs a sharded trainer of config_of(rank) on each of `world` ranks;
+// what each rank raised.
+std::vector<testing::RankOutcome> construct_on_ranks(
+    int world, const std::function<train::TrainConfig(int)>& config_of) {
   testing::RunRanksOptions o;
-  const auto outcomes = testing::run_ranks_collect(
-      2,
-      [&](int, ProcessGroupPtr pg) {
+  return testing::run_ranks_collect(
+      world,
+      [&](int rank, ProcessGroupPtr pg) {
+        const train::TrainConfig c = config_of(rank);
         train::TrainGroups g{pg, pg, c10::Device(c10::kCPU)};
         train::Trainer t(c, g, true);
       },
       o);
+}
+
+// Expects every rank to have raised an error containing `needle`.
+void expect_every_rank_raised(
+    const std::vector<testing::RankOutcome>& outcomes,
+    const std::string& needle) {
   for (const auto& out : outcomes) {
     ASSERT_FALSE(out.ok);
-    EXPECT_NE(
-        out.error.find("expected a world of distributed.dp_size x "
-                       "cp_size = 1 x 3 = 3 ranks, got 2"),
-        std::string::npos)
-        << out.error;
+    EXPECT_NE(out.error.find(needle), std::string::npos) << out.error;
   }
+}
+
+TEST(Trainer, GroupSmallerThanTheRecipeRaisesOnEveryRank) {
+  const auto outcomes =
+      construct_on_ranks(2, [](int) { return tiny_config(3, "float32"); });
+  expect_every_rank_raised(
+      outcomes,
+      "expected a world of distributed.dp_size x cp_size = 1 x 3 = 3 ranks, "
+      "got 2");
   EXPECT_EQ(
       testing::strip_rank_prefix(outcomes[0].error),
       testing::strip_rank_prefix(outcomes[1].error));
 }
 
 TEST(Trainer, RanksWithDifferentRecipesRaiseOnEveryRank) {
-  testing::RunRanksOptions o;
-  const auto outcomes = testing::run_ranks_collect(
-      2,
-      [&](int rank, ProcessGroupPtr pg) {
-        auto c = tiny_config(2, "float32");
-        c.train.lr = rank == 0 ? 1e-2 : 2e-2;
-        train::TrainGroups g{pg, pg, c10::Device(c10::kCPU)};
-        train::Trainer t(c, g, true);
-      },
-      o);
-  for (const auto& out : outcomes) {
-    ASSERT_FALSE(out.ok);
-    EXPECT_NE(
-        out.error.find("ranks disagree on the config fingerprint"),
-        std::string::npos)
-        << out.error;
-  }
+  const auto outcomes = construct_on_ranks(2, [](int rank) {
+    auto c = tiny_config(2, "float32");
+    c.train.lr = rank == 0 ? 1e-2 : 2e-2;
+    return c;
+  });
+  expect_every_rank_raised(
+      outcomes, "ranks disagree on the config fingerprint");
 }
 
 }  // namespace
