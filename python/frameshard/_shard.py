@@ -203,7 +203,8 @@ def shard_vision(
     Returns the gathered [total_tokens, hidden] output (a tuple when the tower returns a sequence),
     differentiable; with a mesh, this replica's rows (None on a replica without media when the
     mesh replicates); and the Plan if `return_plan`. Tower and PieceTower state the tower's
-    contract; docs/python.md the rest (meshes, the owner gather, dedup's keys and gradients).
+    contract; the docs the rest: docs/python-wrappers.md (meshes), docs/python-reference.md (the
+    owner gather), docs/python-dedup.md (dedup's keys and gradients).
     """
     config = config if config is not None else FrameShardingConfig(enabled=True)
     if mesh is not None and (group is not None or cp_size is not None):
