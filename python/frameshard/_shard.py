@@ -196,8 +196,7 @@ def shard_vision(
             (visual_token_owners): each rank then receives only its tokens' rows.
         tower_dims: the sizes `cost_alpha: auto` counts; None: a transformers module's, else the
             config's `tower` preset.
-        mesh: a dp x cp `Mesh` (leave group and cp_size unset): every replica's frames balanced
-            over the whole mesh.
+        mesh: a dp x cp `Mesh` (group and cp_size unset): all replicas' frames over the mesh.
         media_keys: with config.dedup, one id per grid_thw row instead of hashing the pixels.
 
     Returns the gathered [total_tokens, hidden] output (a tuple when the tower returns a sequence),
