@@ -40,7 +40,7 @@ class Reduction:
 
 @dataclasses.dataclass(frozen=True)
 class Wrapper:
-    """One kind of training wrapper. `inner(module)`: the module it holds, or None when `module` is
+    """One kind of training wrapper, `name`d in errors. `inner(module)`: the module it holds, or None when `module` is
     not this wrapper (FSDP2 keeps the instance: no inner). `reduction(model, fn)`: the gradient
     reduction this wrapper applies somewhere in `model`, or None (no such wrapper there); `fn`
     names the caller in errors."""
@@ -133,13 +133,18 @@ def _peft_inner(module: Any) -> Any:
 
 
 WRAPPERS: tuple[Wrapper, ...] = (
-    Wrapper("torch.compile (OptimizedModule)", inner=_child("_orig_mod")),
+    Wrapper("torch.compile", inner=_child("_orig_mod")),  # OptimizedModule
     Wrapper("checkpoint_wrapper", inner=_child("_checkpoint_wrapped_module")),
-    Wrapper("DistributedDataParallel", inner=_ddp_inner, reduction=_ddp_reduction),
-    Wrapper("FSDP1 (FullyShardedDataParallel)", inner=_fsdp1_inner),
-    Wrapper("FSDP2 (fully_shard; the instance is kept)", reduction=_fsdp2_reduction),
-    Wrapper("PEFT (PeftModel, a tuner)", inner=_peft_inner),
+    Wrapper("DDP", inner=_ddp_inner, reduction=_ddp_reduction),
+    Wrapper("FSDP1", inner=_fsdp1_inner),  # FullyShardedDataParallel
+    Wrapper("FSDP2", reduction=_fsdp2_reduction),  # fully_shard keeps the instance: no inner
+    Wrapper("PEFT", inner=_peft_inner),  # PeftModel, or a tuner
 )
+
+
+def wrapper_names() -> str:
+    """The wrappers seen through, for errors: "torch.compile, checkpoint_wrapper, ..."."""
+    return ", ".join(w.name for w in WRAPPERS)
 
 
 def _wrapped_module(module: Any) -> Any:

@@ -40,6 +40,7 @@ with PYTHONPATH=build/python-dev, scripts/python-dev.sh), or through ctest
 """
 
 import os
+import re
 import sys
 
 import pytest
@@ -116,7 +117,8 @@ def test_a_new_wrapper_is_one_entry_of_the_table(monkeypatch, solo_group):
 
     model, visual = _whole()
     held = Engine(model)
-    with pytest.raises(frameshard.FrameshardError, match="got Engine"):
+    seen = "wrappers seen through: torch.compile, checkpoint_wrapper, DDP, FSDP1, FSDP2, PEFT), got Engine"
+    with pytest.raises(frameshard.FrameshardError, match=re.escape(seen)):
         hf.find_vision_module(held)
     assert _grad_reduction.detect(held) is None
     reduction = _unwrap.Reduction(frozenset([0]), 4.0, "Engine over rank 0")
@@ -126,6 +128,7 @@ def test_a_new_wrapper_is_one_entry_of_the_table(monkeypatch, solo_group):
         reduction=lambda m, fn: reduction if isinstance(m, Engine) else None,
     )
     monkeypatch.setattr(_unwrap, "WRAPPERS", (*_unwrap.WRAPPERS, entry))
+    assert _unwrap.wrapper_names().endswith("PEFT, Engine")  # errors name it too
     assert hf.find_vision_module(held) is visual
     assert unwrap_module(held) is model
     assert _unwrap.describe(held) == "Engine wrapping %s" % type(model).__name__

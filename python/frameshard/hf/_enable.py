@@ -41,12 +41,12 @@ class Found:
             return self.vision
         raise FrameshardError(
             "frameshard.hf.%s: expected a transformers model of a supported family or its vision module "
-            "(a subclass of %s; torch.compile, DDP, FSDP, checkpoint_wrapper and PEFT wrappers are seen "
-            "through), got %s%s; pass the model or its vision module (for another wrapper, the model "
-            "it wraps; for %s the model)"
+            "(a subclass of %s; wrappers seen through: %s), got %s%s; pass the model or its vision "
+            "module (for another wrapper, the model it wraps; for %s the model)"
             % (
                 fn,
                 ", ".join(_family.class_names("vision") + _family.class_names("features")),
+                _unwrap.wrapper_names(),
                 _unwrap.describe(self.model),
                 " with vision module %s" % _unwrap.describe(self.nested)
                 if self.nested is not None
