@@ -28,8 +28,8 @@
 namespace frameshard {
 namespace {
 
+using testing::always_shard;
 using testing::kTestFeatures;
-using testing::sharding_options;
 using testing::spread_token_owners;
 using testing::test_tower_factory;
 
@@ -55,7 +55,7 @@ struct DedupCase {
   int world = 2;
   bool dedup = true;
   bool owners = false;
-  PlanOptions plan = sharding_options(2);
+  PlanOptions plan = always_shard(2);
   bool frame_context = false;  // the split frames' tower (mesh_problem.h)
 };
 
@@ -207,7 +207,7 @@ TEST(Dedup, RanksWithDifferentKeysRaiseTheSameErrorOnEveryRank) {
   const auto outcomes =
       testing::run_ranks_collect(2, [&](int rank, ProcessGroupPtr pg) {
         EncodeOptions o;
-        o.plan = sharding_options(2);
+        o.plan = always_shard(2);
         o.unit_keys = frame_keys(pixels, grid_to_tensor(kGroupGrid));
         if (rank == 1) {
           o.unit_keys[2].lo ^= 1;  // rank 1 sees unit 2 as new

@@ -25,6 +25,7 @@
 namespace frameshard {
 namespace {
 
+using testing::always_shard;
 using testing::expect_same_error_everywhere;
 using testing::kMixedGrid;
 using testing::kTestFeatures;
@@ -36,7 +37,6 @@ using testing::RankOutcome;
 using testing::run_ranks;
 using testing::run_ranks_collect;
 using testing::RunRanksOptions;
-using testing::sharding_options;
 using testing::strip_rank_prefix;
 using testing::test_tower;
 using testing::TestTowerParams;
@@ -73,7 +73,7 @@ std::vector<RankOutcome> run_encode(
       world,
       [&](int rank, ProcessGroupPtr pg) {
         RankCall call;
-        call.options.plan = sharding_options(world);
+        call.options.plan = always_shard(world);
         const TestTowerParams mine = leaf_copy(params, true);
         call.tower = [&mine](const TowerInput& in) {
           return test_tower(mine, in, 2);
@@ -120,7 +120,7 @@ TEST(EncodeErrors, RanksGivenGridsOfDifferentLengthsNameTheRowCounts) {
 
 TEST(EncodeErrors, RanksWithOneGridButDifferentOwnerMapsNameTheFingerprints) {
   const int64_t tokens =
-      make_plan(kMixedGrid, sharding_options(2)).frames.total_tokens;
+      make_plan(kMixedGrid, always_shard(2)).frames.total_tokens;
   const auto outcomes = run_encode(2, [&](int rank, RankCall& call) {
     call.options.token_owner.assign(static_cast<size_t>(tokens), rank);
   });
@@ -215,7 +215,7 @@ TEST(EncodeErrors, GradModeOnSomeRanksOnlyRaises) {
   const auto guarded = run_ranks_collect(2, [&](int rank, ProcessGroupPtr pg) {
     const TestTowerParams mine = leaf_copy(params, true);
     EncodeOptions eo;
-    eo.plan = sharding_options(2);
+    eo.plan = always_shard(2);
     auto tower = [&mine](const TowerInput& in) {
       return test_tower(mine, in, 1);
     };
@@ -292,7 +292,7 @@ TEST(EncodeErrors, PeerThatExitsBeforeBackwardIsAnErrorNotAHang) {
       [&](int rank, ProcessGroupPtr pg) {
         const TestTowerParams mine = leaf_copy(params, true);
         EncodeOptions eo;
-        eo.plan = sharding_options(3);
+        eo.plan = always_shard(3);
         auto tower = [&mine](const TowerInput& in) {
           return test_tower(mine, in, 1);
         };
@@ -334,7 +334,7 @@ TEST(EncodeErrors, CpSizeMismatchUsesMegatronBridgesMessage) {
   const TestTowerParams params = random_test_tower_params(at::kDouble);
   auto outcomes = run_ranks_collect(1, [&](int, ProcessGroupPtr pg) {
     EncodeOptions eo;
-    eo.plan = sharding_options(2);
+    eo.plan = always_shard(2);
     encode(
         [&](const TowerInput& in) { return test_tower(params, in, 1); },
         at::zeros({patch_rows(kMixedGrid), kTestFeatures}, at::kDouble),
@@ -365,7 +365,7 @@ TEST(EncodeErrors, TrainableTowerOverAWiderGroupRaisesBeforeAnyCollective) {
   const auto outcomes = run_ranks_collect(2, [&](int rank, ProcessGroupPtr pg) {
     auto counting = c10::make_intrusive<testing::CountingGroup>(pg);
     EncodeOptions eo;
-    eo.plan = sharding_options(2);
+    eo.plan = always_shard(2);
     eo.group_spans_only_cp = false;  // e.g. a CP x TP group
     eo.tower_trainable = true;
     try {
@@ -401,7 +401,7 @@ TEST(EncodeErrors, FrozenTowerOverAWiderGroupIsAllowed) {
   run_ranks(4, [&](int rank, ProcessGroupPtr pg) {
     const TestTowerParams frozen = leaf_copy(params, false);
     EncodeOptions eo;
-    eo.plan = sharding_options(4);  // the CP x TP group of size 4
+    eo.plan = always_shard(4);  // the CP x TP group of size 4
     eo.group_spans_only_cp = false;
     eo.tower_trainable = false;
     auto res = encode(
@@ -425,7 +425,7 @@ TEST(EncodeErrors, FrozenTowerOverAWiderGroupIsAllowed) {
 TEST(EncodeWorldOne, ErrorsPropagateAsRaised) {
   const auto outcomes = run_ranks_collect(1, [](int, ProcessGroupPtr pg) {
     EncodeOptions eo;
-    eo.plan = sharding_options(1);
+    eo.plan = always_shard(1);
     try {
       encode(
           [](const TowerInput&) -> std::vector<at::Tensor> {

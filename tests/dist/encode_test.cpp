@@ -43,6 +43,7 @@
 namespace frameshard {
 namespace {
 
+using testing::always_shard;
 using testing::kMixedGrid;
 using testing::kTestFeatures;
 using testing::kTestHidden1;
@@ -50,7 +51,6 @@ using testing::kTestHidden2;
 using testing::kTestHidden3;
 using testing::kTestMerge;
 using testing::patch_rows;
-using testing::sharding_options;
 using testing::test_tower;
 using testing::test_tower_factory;
 
@@ -61,7 +61,7 @@ struct ParityCase {
   int world = 2;
   at::ScalarType dtype = at::kDouble;
   int outputs = 2;
-  PlanOptions plan = sharding_options(2);  // world is overwritten
+  PlanOptions plan = always_shard(2);  // world is overwritten
   bool count_collectives = false;
   uint64_t seed = 0;
 };

@@ -42,7 +42,7 @@ struct MeshErrorCase {
   int cp = 2;
   std::vector<MeshGrid> replicas = {
       testing::kMixedGrid, {{1, 8, 8}, {2, 4, 4}}};
-  PlanOptions plan = testing::sharding_options(1);
+  PlanOptions plan = testing::always_shard(1);
   bool frame_context = false;
 };
 

@@ -46,7 +46,7 @@ struct MeshCase {
   int dp = 2;
   int cp = 1;
   std::vector<MeshGrid> replicas;
-  PlanOptions plan = testing::sharding_options(1);  // world: dp * cp
+  PlanOptions plan = testing::always_shard(1);  // world: dp * cp
   bool owners = false;
   bool frame_context = false;  // the tower of split frames (mesh_problem.h)
   uint64_t seed = 0;

@@ -35,7 +35,7 @@ struct OwnerCase {
   SequenceSplit split = SequenceSplit::kLoadBalanced;
   bool route = true;
   int outputs = 3;
-  PlanOptions plan = sharding_options(2);
+  PlanOptions plan = always_shard(2);
 };
 
 testing::ParityRun run_owner(const OwnerCase& c) {
@@ -182,7 +182,7 @@ TEST(OwnerRoute, AnOwnerMapOfTheWrongSizeRaisesOnEveryRank) {
   const auto outcomes =
       testing::run_ranks_collect(world, [&](int rank, ProcessGroupPtr pg) {
         EncodeOptions o;
-        o.plan = sharding_options(world);
+        o.plan = always_shard(world);
         o.token_owner = spread_token_owners(
             frames.total_tokens, world, SequenceSplit::kContiguous);
         if (rank == 1) {

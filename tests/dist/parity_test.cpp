@@ -33,7 +33,7 @@ const std::vector<GridThw> kGrid = {{1, 4, 4}, {3, 2, 4}, {1, 2, 2}, {1, 4, 2}};
 parity::ParitySpec small_spec(int world) {
   parity::ParitySpec spec;
   spec.grid = kGrid;
-  spec.plan = testing::sharding_options(world);
+  spec.plan = testing::always_shard(world);
   spec.in_features = kTestFeatures;
   spec.seed = 5;
   return spec;

@@ -92,15 +92,5 @@ parity::TowerFactory test_tower_factory(int outputs) {
   };
 }
 
-PlanOptions sharding_options(int world) {
-  PlanOptions o;
-  o.world = world;
-  o.policy.enabled = true;
-  o.policy.min_tokens = 0;  // shard whenever cp_size > 1
-  o.policy.min_frames = 0;
-  o.min_local_patch_rows = 0;
-  return o;
-}
-
 }  // namespace testing
 }  // namespace frameshard

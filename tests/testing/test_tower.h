@@ -17,6 +17,7 @@
 #pragma once
 
 #include "parity/parity.h"
+#include "testing/plan_options.h"
 
 #include <frameshard/frames.h>
 #include <frameshard/plan.h>
@@ -65,10 +66,6 @@ std::vector<at::Tensor> test_tower_heads(
 
 /// Fresh trainable parameters per call, named w1 b1 pos w2 w3.
 parity::TowerFactory test_tower_factory(int outputs);
-
-/// Options that always shard when world > 1 (policy on, zero thresholds,
-/// no floor frames).
-PlanOptions sharding_options(int world);
 
 }  // namespace testing
 }  // namespace frameshard

@@ -80,7 +80,7 @@ TEST(CudaRanks, ToyTowerEncodeOnCudaMatchesTheReplicatedPath) {
   for (int world : {2, 3}) {
     parity::ParitySpec spec;
     spec.grid = {{1, 4, 6}, {2, 4, 4}, {1, 2, 2}, {3, 2, 4}, {1, 8, 4}};
-    spec.plan = testing::sharding_options(world);
+    spec.plan = testing::always_shard(world);
     spec.in_features = models::ToyTowerOptions{}.in_features();
     spec.seed = 31;
     const auto run = testing::run_parity(

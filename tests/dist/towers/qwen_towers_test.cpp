@@ -78,7 +78,7 @@ ParityResult sharded_parity(
     const RunOptions& opt = {}) {
   parity::ParitySpec spec;
   spec.grid = grid;
-  spec.plan = frameshard::testing::sharding_options(world);
+  spec.plan = frameshard::testing::always_shard(world);
   spec.plan.layout = media_layout(cfg);
   spec.plan.cost = flop_cost_model(tower_dims(cfg));
   spec.plan.split.enabled = opt.split;

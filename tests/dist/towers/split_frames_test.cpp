@@ -33,7 +33,7 @@ using testing::expect_same_error_everywhere;
 using testing::run_ranks_collect;
 
 PlanOptions split_options(int world, const models::QwenVisionConfig& cfg) {
-  PlanOptions o = testing::sharding_options(world);
+  PlanOptions o = testing::always_shard(world);
   o.layout = models::media_layout(cfg);
   o.cost = flop_cost_model(models::tower_dims(cfg));
   o.split.enabled = true;

@@ -264,7 +264,7 @@ struct ParityCase {
 void check_parity(const ParityCase& c) {
   parity::ParitySpec spec;
   spec.grid = c.grid;
-  spec.plan = testing::sharding_options(c.world);
+  spec.plan = testing::always_shard(c.world);
   spec.plan.partitioner = c.partitioner;
   spec.plan.min_local_patch_rows = c.min_local_patch_rows;
   spec.in_features = ToyTowerOptions{}.in_features();
