@@ -212,6 +212,42 @@ def parity(
     return run
 
 
+def whole_outputs(family, grad_reduction, config=SHARD_ALL):
+    """outputs="whole": every rank's logits and loss are the unsharded model's, and the gradients
+    reduced as `grad_reduction` says ("sum": SUM over the group; "mean": the average) are too."""
+
+    def run(rank, world, group):
+        model, inputs, labels = batch(family)
+        reference = copy.deepcopy(model)
+        ref_loss, ref_logits = reference_step(reference, inputs, labels)
+        hf.enable(model, group, config, timeout=60)
+        cp = hf.context_parallel(model, group, outputs="whole", grad_reduction=grad_reduction, timeout=60)
+        out = cp(**inputs, labels=labels)
+        out.loss.backward()
+        loss = float(out.loss) * (world if grad_reduction == "sum" else 1)  # "sum": the loss carries 1/cp
+        grads = worker_common.reduced_grads(model, group)
+        if grad_reduction == "mean":
+            grads = {n: g / world for n, g in grads.items()}
+        ref_grads = {n: p.grad for n, p in reference.named_parameters() if p.grad is not None}
+        grad_diff, grad_scale = worker_common.compare(grads, ref_grads)
+        stats = hf_owner.last_stats(model) if config.gather == "owner" else None
+        cp.remove()
+        return dict(
+            loss=loss,
+            ref_loss=ref_loss,
+            logits_shape=list(out.logits.shape),
+            logits_diff=worker_common.max_diff(out.logits, ref_logits),
+            logits_scale=float(ref_logits.abs().max()),
+            grad_diff=grad_diff,
+            grad_scale=grad_scale,
+            grads_compared=len(ref_grads),
+            local_rows=int(cp.positions(inputs["input_ids"].shape[1]).numel()),
+            owner_embeds_rows=stats.embeds_rows if stats else -1,
+        )
+
+    return run
+
+
 def tower_grid(model, grid):
     """The grid rows the vision module takes (GLM-4V: one (1, h, w) row per frame)."""
     return hf_family.tower_grid(hf_family.of_vision(model.model.visual), grid)
@@ -368,6 +404,9 @@ SCENARIOS.update(
         "mesh_owner_split_qwen2_5_vl": mesh_owner("qwen2_5_vl", split_frames=True),
         "mesh_owner_text_replica_qwen3_vl": mesh_owner("qwen3_vl", text_replica=True),
         "disagreeing_ranks": disagreeing_ranks,
+        # outputs="whole" (the trainers' path): the whole logits and loss on every rank
+        "whole_sum_qwen2_5_vl": whole_outputs("qwen2_5_vl", "sum"),
+        "whole_mean_owner_qwen3_vl": whole_outputs("qwen3_vl", "mean", owner_config()),
     }
 )
 

@@ -35,6 +35,9 @@ run_example() {
   # docs/trl.md's GRPO script: TRL's trainer with frameshard, 2 processes, 2 steps.
   OMP_NUM_THREADS=1 "$VENV/bin/torchrun" --standalone --nproc-per-node 2 \
     examples/python/trl_grpo.py --steps 2 --output-dir "$TMP/trl_grpo"
+  # docs/python-trl-sft.md's SFT script: TRL's SFTTrainer with context parallelism 2, 2 steps.
+  OMP_NUM_THREADS=1 "$VENV/bin/torchrun" --standalone --nproc-per-node 2 \
+    examples/python/trl_sft_cp.py --steps 2 --output-dir "$TMP/trl_sft_cp"
 }
 case "$step" in
 pytest)
@@ -78,5 +81,5 @@ assert not b["gloo_groups"], b'
 run_pytest tests/python/test_package.py tests/python/test_costs.py tests/python/test_wrappers.py \
   tests/python/test_mesh.py tests/python/test_families.py tests/python/test_cp_lm.py \
   tests/python/test_hf_ab.py tests/python/test_hf_split.py tests/python/test_layout.py \
-  tests/python/test_device_mesh.py tests/python/test_trl.py
+  tests/python/test_device_mesh.py tests/python/test_trl.py tests/python/test_trl_sft.py
 run_example

@@ -124,6 +124,31 @@ def test_parity(world_results, name):
         assert first["split"] == ("_split_" in name), first["split"]  # split_frames cut the 16 x 16 frame
 
 
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if n.startswith("whole_")])
+def test_whole_outputs_give_every_rank_the_unsharded_logits_loss_and_gradients(world_results, name):
+    world, per_rank = scenario(world_results, name)
+    for rank, res in enumerate(per_rank):
+        assert abs(res["loss"] - res["ref_loss"]) <= RTOL_HF * max(1.0, abs(res["ref_loss"])), (name, rank, res)
+        assert within(res["logits_diff"], res["logits_scale"]), (name, world, rank, res["logits_diff"])
+        assert within(res["grad_diff"], res["grad_scale"]), (name, world, rank, res["grad_diff"])
+        assert res["grads_compared"] > 40 and res["local_rows"] < res["logits_shape"][1], res
+        if "_owner_" in name:  # the decoder still ran on this rank's rows only
+            assert res["owner_embeds_rows"] == res["local_rows"], res
+        print(
+            "cp %-26s world %d rank %d: loss %.15g (unsharded %.15g), logits %s diff %.2g, grads diff %.2g"
+            % (
+                name,
+                world,
+                rank,
+                res["loss"],
+                res["ref_loss"],
+                res["logits_shape"],
+                res["logits_diff"],
+                res["grad_diff"],
+            )
+        )
+
+
 def test_refused_padding(world_results):
     world, per_rank = scenario(world_results, "refused_padding")
     for res in per_rank:

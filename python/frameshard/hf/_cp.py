@@ -29,10 +29,20 @@ positions, in order). Its decoder layers run on those rows only:
   run (one call of transformers' rule) its final state A S + F and its outputs O(0) + Q S; the
   ranks all-gather the runs' [F | A], scan them in sequence order and add Q S to O(0).
 
-The logits are this rank's rows ([B, local_length, vocab]; `cp.positions(S)` are their global
-positions, those >= S padding). `cp.loss(logits, labels)` shifts the WHOLE labels first, then
-splits them: sum of this rank's token losses / the global count of labelled tokens, so the ranks'
-losses sum to the unsharded mean (cross entropy in float32 or wider, as transformers').
+Outputs, `outputs="local"` (default): the logits are this rank's rows ([B, local_length, vocab];
+`cp.positions(S)` are their global positions, those >= S padding). `cp.loss(logits, labels)`
+shifts the WHOLE labels first, then splits them: sum of this rank's token losses / the global
+count of labelled tokens, so the ranks' losses sum to the unsharded mean (cross entropy in
+float32 or wider, as transformers'). `outputs="whole"`: the language model's last hidden state is
+all-gathered back into the whole sequence (one all-gather of [S, B, hidden] per forward; backward:
+the reduce-scatter), so the head, the logits and any loss a trainer computes from them are the
+unsharded model's on every rank. Each rank's loss is then the whole loss, and the gather's
+backward sums the CP ranks' equal gradients of each row: the ranks' gradients (the head's, run
+on every rank, too) sum to cp x the unsharded model's, which the usual average over the dp x cp
+ranks (DDP, FSDP2: grad_scale cp) turns into the replicas' mean; under another reduction the loss
+takes the factor grad_scale / cp (`cp.loss` applies it). The decoder layers, the attention and the
+tower still run on 1/cp of the rows; the head runs on all of them on every rank, so a trainer's
+loss, metrics and evaluation are unchanged (integrations/_cp_trainer.py).
 
 Collective: every forward and backward of the model, over `group`; every rank must pass the same
 whole batch (one small agreement exchange per forward checks the shapes: a disagreement raises
@@ -67,6 +77,7 @@ ATTENTION_IMPLEMENTATION = "frameshard_cp"
 # ATTENTION_IMPLEMENTATION by history only: neither name depends on the other.
 FORWARD_KWARG = "frameshard_cp"
 OWNER = "cp"  # the patch registry's owner of the language model's patches
+OUTPUTS = ("local", "whole")
 
 
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -108,8 +119,15 @@ class _State:
     split: str
     timeout: Timeout
     linear: list  # the patched linear-attention modules (Qwen3.5)
+    outputs: str = "local"  # OUTPUTS: this rank's rows out, or the whole sequence (all-gathered)
+    model: Any = None  # what context_parallel was given (its DDP / FSDP2 decide the gradient scale)
+    grad_reduction: str = "auto"
     last: _cp_layout.Forward | None = None  # the latest forward's layout (its attention calls)
     ddp: Any = None  # a DistributedDataParallel seen running around the latest forward
+
+    def grad_scale(self) -> float:
+        """The factor on a rank's share of the loss for the gradient reduction in force."""
+        return _grad_reduction.loss_scale(self.model, self.group, self.grad_reduction, self.ddp)
 
     def layout(self, seq_len: int, device: torch.device, agree: torch.Tensor) -> _cp_layout.Forward:
         """This forward's layout, after checking that every rank passes the same shapes (one
@@ -173,6 +191,8 @@ def _lm_forward(
     )
     state.last = fwd
     state.ddp = _grad_reduction.active_ddp(lm)
+    if state.outputs == "whole":
+        out.last_hidden_state = fwd.whole(out.last_hidden_state)
     return out
 
 
@@ -192,11 +212,11 @@ def _linear_forward(module: torch.nn.Module, hidden_states: torch.Tensor, *args:
 class ContextParallel:
     """The handle `context_parallel` returns: the split, this rank's positions, the loss."""
 
-    def __init__(self, model: Any, lm: torch.nn.Module, state: _State, grad_reduction: str = "auto") -> None:
+    def __init__(self, model: Any, lm: torch.nn.Module, state: _State) -> None:
         self.model, self.language_model, self._state = model, lm, state
-        self.group, self.split = state.group, state.split
+        self.group, self.split, self.outputs = state.group, state.split, state.outputs
         self.cp_size, self.rank = state.group.size(), state.group.rank()
-        self.grad_reduction = grad_reduction
+        self.grad_reduction = state.grad_reduction
 
     @property
     def grad_scale(self) -> float:
@@ -205,7 +225,7 @@ class ContextParallel:
         CP group, cp for FSDP2 / DDP averaging over the dp x cp ranks. Read at every `loss`, so a
         wrapper applied after `context_parallel` (fully_shard; a DDP whose forward ran the latest
         forward) or a divide factor set later counts. `loss / grad_scale` is the share, for logging."""
-        return _grad_reduction.loss_scale(self.model, self.group, self.grad_reduction, self._state.ddp)
+        return self._state.grad_scale()
 
     def positions(self, seq_len: int) -> torch.Tensor:
         """Global positions of this rank's rows (logits, hidden states) of a sequence of
@@ -224,10 +244,12 @@ class ContextParallel:
         batch's) are shifted, then split; sum of this rank's token losses / the global number of
         labelled tokens. The ranks' shares sum to the unsharded mean; with the scale, its
         backward under the gradient reduction in force gives the unsharded model's gradients.
-        No communication."""
+        No communication. With `outputs="whole"`: the unsharded mean of the whole logits, times
+        grad_scale / cp (1 under DDP or FSDP2 over the dp x cp ranks)."""
         shifted = torch.full_like(labels, ignore_index)
         shifted[:, :-1] = labels[:, 1:]
-        local = self.shard(shifted, fill=ignore_index).to(logits.device)
+        whole = self.outputs == "whole"
+        local = (shifted if whole else self.shard(shifted, fill=ignore_index)).to(logits.device)
         if tuple(logits.shape[:2]) != tuple(local.shape):
             raise FrameshardError(
                 "frameshard.hf.context_parallel.loss: expected this rank's logits [%d, %d, vocab] "
@@ -238,7 +260,7 @@ class ContextParallel:
             wide.reshape(-1, wide.shape[-1]), local.reshape(-1), ignore_index=ignore_index, reduction="sum"
         )
         share = total / (shifted != ignore_index).sum().clamp(min=1).to(total.device)
-        scale = self.grad_scale
+        scale = self.grad_scale / self.cp_size if whole else self.grad_scale
         return share * scale if scale != 1.0 else share
 
     def __call__(self, labels: torch.Tensor | None = None, **inputs: Any) -> Any:
@@ -265,6 +287,7 @@ def context_parallel(
     split: str = "load_balanced",
     *,
     grad_reduction: str = "auto",
+    outputs: str = "local",
     timeout: Timeout = None,
 ) -> ContextParallel:
     """Installs context parallelism over `group` (a ProcessGroup; a DeviceMesh: its "cp"
@@ -277,7 +300,11 @@ def context_parallel(
     "auto" (default) reads it from the model's DistributedDataParallel (pass the DDP object as
     `model`) or FSDP2 modules, and means "sum" when there is none; "sum": a SUM all-reduce over
     the CP group (over dp x cp, divided by dp, with data parallelism); "mean": an average over
-    the dp x cp ranks. A DDP or FSDP2 whose group misses this rank's CP peers raises at `loss`."""
+    the dp x cp ranks. A DDP or FSDP2 whose group misses this rank's CP peers raises at `loss`.
+
+    `outputs`: "local" (this rank's rows of the last hidden state and logits) or "whole" (the
+    whole sequence's on every rank, all-gathered after the last decoder layer; see the module's
+    docstring)."""
     _compat.check_transformers("context_parallel")
     missing = _compat.missing_cp_features()
     if missing:
@@ -289,6 +316,10 @@ def context_parallel(
         raise FrameshardError(
             "frameshard.hf.context_parallel: grad_reduction: expected one of %s, got %r"
             % (", ".join(_grad_reduction.MODES), grad_reduction)
+        )
+    if outputs not in OUTPUTS:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: outputs: expected one of %s, got %r" % (", ".join(OUTPUTS), outputs)
         )
     if split not in _cp_layout.SPLITS:
         raise FrameshardError(
@@ -308,7 +339,15 @@ def context_parallel(
     AttentionInterface.register(ATTENTION_IMPLEMENTATION, _attention)
     linear_classes = _family.of_text(lm).linear_attention
     linear = [m for m in lm.modules() if any(c.__name__ in linear_classes for c in type(m).__mro__)]
-    state = _State(group=pg, split=split, timeout=timeout, linear=linear)
+    state = _State(
+        group=pg,
+        split=split,
+        timeout=timeout,
+        linear=linear,
+        outputs=outputs,
+        model=model,
+        grad_reduction=grad_reduction,
+    )
     patches = [
         (config, "_attn_implementation", ATTENTION_IMPLEMENTATION),
         (lm, "forward", types.MethodType(_lm_forward, lm)),
@@ -316,7 +355,7 @@ def context_parallel(
     patches += [(m, "forward", types.MethodType(_linear_forward, m)) for m in linear]
     _patches.install(lm, OWNER, state, patches)
     _cp_owner.install(model, lm, state)  # gather owner: the merge after the split, decided per forward
-    return ContextParallel(model, lm, state, grad_reduction)
+    return ContextParallel(model, lm, state)
 
 
 def remove(model: Any) -> bool:

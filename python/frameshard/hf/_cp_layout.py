@@ -64,6 +64,7 @@ class Forward:
     group: dist.ProcessGroup
     timeout: Timeout
     cp_size: int
+    seq_len: int  # the whole sequence's length, before the end padding
     positions: torch.Tensor  # this rank's global positions [local]
     order: torch.Tensor  # the gathered rows' global positions [padded], rank-major
     inverse: torch.Tensor  # gathered row index of each global position [padded]
@@ -75,6 +76,13 @@ class Forward:
         n = rows.shape[0]
         flat = all_gather_rows(rows.reshape(n, -1).contiguous(), [n] * self.cp_size, self.group, timeout=self.timeout)
         return flat.view(self.cp_size * n, *rows.shape[1:])
+
+    def whole(self, hidden: torch.Tensor) -> torch.Tensor:
+        """This rank's rows [B, local, ...] -> the whole sequence [B, seq_len, ...] in sequence
+        order, end padding dropped (differentiable: backward, the SUM over ranks of the gradient
+        of each rank's rows; collective)."""
+        rows = self.gather(hidden.transpose(0, 1).contiguous())  # [padded, B, ...], rank-major
+        return rows[self.inverse[: self.seq_len]].transpose(0, 1)
 
 
 @dataclasses.dataclass
@@ -104,6 +112,7 @@ def forward_layout(
         group=group,
         timeout=timeout,
         cp_size=cp,
+        seq_len=int(seq_len),
         positions=positions,
         order=order,
         inverse=torch.argsort(order),

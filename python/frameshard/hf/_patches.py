@@ -16,6 +16,7 @@ the owner's state object; `remove` restores them in reverse order, so `hf.disabl
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 _REGISTRY = "_frameshard_patches"
@@ -50,6 +51,13 @@ def _set(target: Any, name: str, value: Any) -> tuple:
     entry = (target, name, target.__dict__.get(name, _MISSING), False)
     object.__setattr__(target, name, value)  # past nn.Module.__setattr__: a plain attribute
     return entry
+
+
+def wrapped(target: Any, name: str, make: Any) -> tuple[Any, str, Any]:
+    """The patch (target, name, make(the current method)) that wraps a method of `target` (an
+    instance), for `install`; the wrapper keeps the method's name and docstring."""
+    original = getattr(target, name)
+    return target, name, functools.wraps(original)(make(original))
 
 
 def install(root: Any, owner: str, state: Any, patches: list[tuple[Any, str, Any]]) -> None:

@@ -1,5 +1,18 @@
 """frameshard inside TRL: one call after the trainer is built.
 
+Fine-tuning with context parallelism (TRL's SFTTrainer, or a plain transformers Trainer):
+
+    trainer = trl.SFTTrainer(model=..., args=SFTConfig(...), train_dataset=..., processing_class=processor)
+    fs_trl.enable(trainer, frameshard.FrameShardingConfig(enabled=True, gather="owner"), cp_size=2)
+    trainer.train()                 # W processes: a dp x cp mesh of W/2 x 2
+
+Each CP group of `cp_size` processes trains one batch: the language model runs 1/cp of its
+sequence on each (hf.context_parallel), the tower 1/cp of its frames (hf.enable), and the loss,
+gradients, logs, checkpoints and evaluation are those of the run on W/cp processes without CP
+(integrations/_cp_trainer.py; docs/python-trl-sft.md).
+
+GRPO (TRL's GRPOTrainer):
+
     import frameshard
     from frameshard.integrations import trl as fs_trl
     trainer = trl.GRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...), train_dataset=...,
@@ -36,7 +49,7 @@ from ... import hf as _hf
 from ..._C import FrameshardError
 from ..._config import FrameShardingConfig as _Config
 from ...hf import _enable, _patches, _vision
-from .. import _accelerate
+from .. import _accelerate, _cp_trainer
 from .._lockstep import Lockstep as _Lockstep
 from . import _compat, _grpo
 from ._compat import SUPPORTED_TRL
@@ -83,8 +96,12 @@ def _config(config: _Config | None) -> _Config:
     return config
 
 
-def enable(trainer: _Any, config: _Config | None = None, *, keys: str = "groups") -> _Any:
-    """Makes every vision pass of `trainer` (a trl.GRPOTrainer, built, not yet training) encode
+def enable(trainer: _Any, config: _Config | None = None, *, keys: str = "groups", cp_size: int = 1) -> _Any:
+    """A transformers Trainer (TRL's SFTTrainer or another; not a GRPOTrainer) with `cp_size` > 1:
+    context parallelism over CP groups of `cp_size` processes (the module's docstring); `config`
+    None is `_cp_trainer.cp_config()` (frame sharding, gather "owner"); cp_size 1 changes nothing.
+
+    A GRPOTrainer (cp_size 1): makes every vision pass of `trainer` (a trl.GRPOTrainer, built, not yet training) encode
     each distinct image once across all its processes; returns the trainer. `config` None is
     `grpo_config()`; another config is taken with mesh_dims ["dp", "cp"] (the processes hold
     different batches) and its thresholds as they are (below them a call encodes each process's
@@ -92,8 +109,14 @@ def enable(trainer: _Any, config: _Config | None = None, *, keys: str = "groups"
     "pixels" (a hash of each frame's pixel rows). Collective: every process calls it (it creates
     frameshard's process group). Calling it again replaces the config."""
     _compat.check_trl(_FN)
+    if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
+        raise FrameshardError("%s: cp_size: expected an int >= 1, got %r" % (_FN, cp_size))
     if not _is_grpo(trainer):
-        raise FrameshardError("%s: expected a trl.GRPOTrainer, got %s" % (_FN, type(trainer).__name__))
+        return _enable_cp(trainer, config, cp_size)
+    if cp_size != 1:
+        raise FrameshardError(
+            "%s: cp_size: expected 1 for a GRPOTrainer (its generation has no CP), got %d" % (_FN, cp_size)
+        )
     disable(trainer)  # a previous enable's wrappers would hide the trainer's own methods
     missing = _compat.missing_grpo_features(trainer)
     if missing:
@@ -144,9 +167,27 @@ def enable(trainer: _Any, config: _Config | None = None, *, keys: str = "groups"
     return trainer
 
 
+def _enable_cp(trainer: _Any, config: _Config | None, cp_size: int) -> _Any:
+    from transformers import Trainer  # noqa: PLC0415  (transformers is a dependency of trl)
+
+    if not isinstance(trainer, Trainer):
+        raise FrameshardError(
+            "%s: expected a trl.GRPOTrainer or a transformers Trainer (trl.SFTTrainer), got %s"
+            % (_FN, type(trainer).__name__)
+        )
+    disable(trainer)
+    if cp_size == 1:
+        _LOG.info("%s: cp_size 1: nothing to divide, the trainer runs as it is", _FN)
+        return trainer
+    _cp_trainer.install(trainer, config, cp_size, _FN)
+    return trainer
+
+
 def disable(trainer: _Any) -> bool:
-    """Undoes `enable` (the trainer's methods, the forward hooks, hf.enable on its models);
-    False if it was not enabled."""
+    """Undoes `enable` (the trainer's methods, the forward hooks, hf.enable and
+    hf.context_parallel on its models); False if it was not enabled."""
+    if _cp_trainer.remove(trainer) is not None:
+        return True
     session = _grpo.remove(trainer)
     if session is None:
         return False
@@ -157,7 +198,7 @@ def disable(trainer: _Any) -> bool:
 
 def is_enabled(trainer: _Any) -> bool:
     """Whether `enable` is in force on the trainer."""
-    return _patches.state(trainer, _grpo.OWNER) is not None
+    return any(_patches.state(trainer, owner) is not None for owner in (_grpo.OWNER, _cp_trainer.OWNER))
 
 
 __all__ = ["KEYS", "SUPPORTED_TRL", "disable", "enable", "grpo_config", "is_enabled"]

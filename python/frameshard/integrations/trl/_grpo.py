@@ -22,7 +22,6 @@ through the same patch registry as frameshard.hf):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -83,11 +82,6 @@ def _bound(method: Callable, args: tuple, kwargs: dict) -> dict:
     b = inspect.signature(method).bind(*args, **kwargs)
     b.apply_defaults()
     return b.arguments
-
-
-def _wrap(trainer: Any, name: str, make: Callable[[Callable], Callable]) -> tuple[Any, str, Any]:
-    original = getattr(trainer, name)
-    return trainer, name, functools.wraps(original)(make(original))
 
 
 def _generate_and_score(session: Session, trainer: Any) -> Callable[[Callable], Callable]:
@@ -264,13 +258,13 @@ def install(trainer: Any, session: Session) -> None:
             holder.register_forward_hook(session.lockstep.zero_hook, with_kwargs=True),
         ]
     patches = [
-        _wrap(trainer, "_generate_and_score_completions", _generate_and_score(session, trainer)),
-        _wrap(trainer, "_generate_single_turn", _generate_single_turn(session, trainer)),
-        _wrap(trainer, "_get_per_token_logps_and_entropies", _logps(session)),
-        _wrap(trainer, "compute_loss", _compute_loss(session)),
-        _wrap(trainer, "training_step", _counted(session, trainer, "train")),
-        _wrap(trainer, "prediction_step", _counted(session, trainer, "eval")),
-        _wrap(session.roots[0], "generate", _generate(session)),
+        _patches.wrapped(trainer, "_generate_and_score_completions", _generate_and_score(session, trainer)),
+        _patches.wrapped(trainer, "_generate_single_turn", _generate_single_turn(session, trainer)),
+        _patches.wrapped(trainer, "_get_per_token_logps_and_entropies", _logps(session)),
+        _patches.wrapped(trainer, "compute_loss", _compute_loss(session)),
+        _patches.wrapped(trainer, "training_step", _counted(session, trainer, "train")),
+        _patches.wrapped(trainer, "prediction_step", _counted(session, trainer, "eval")),
+        _patches.wrapped(session.roots[0], "generate", _generate(session)),
     ]
     _patches.install(trainer, OWNER, session, patches)
 

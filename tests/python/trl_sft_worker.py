@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""One process of test_trl_sft.py: TRL's SFTTrainer (and a plain transformers Trainer) on a tiny
+random Qwen2-VL, with frameshard's context parallelism (frameshard.integrations.trl.enable with
+cp_size) and without it, on Gloo processes (DDP through accelerate, as the trainers set it up).
+
+    python trl_sft_worker.py --rank R --world W --store FILE --out DIR [--scenarios a,b]
+
+A scenario `<kind>_cp<C>` trains at world W with CP groups of C processes (C 1: without
+frameshard, the reference), so dp = W / C. The test launches worlds 1, 2 and 4 and compares the
+run of dp D x cp 2 with the run of D processes without CP: per-step losses, the parameters after
+3 steps (plain SGD: a gradient of the wrong scale moves them), TRL's metrics, evaluate(), and
+what each rank's decoder and tower ran.
+"""
+
+import contextlib
+import dataclasses
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "python"))
+
+import worker_common  # noqa: E402
+from trl_worker import _env, _fsdp2  # noqa: E402
+
+
+@dataclasses.dataclass
+class Setup:
+    kind: str = "sft"  # "sft" (trl.SFTTrainer) or "trainer" (transformers.Trainer)
+    cp: int = 1
+    peft: bool = False
+    fsdp2: bool = False
+    resume: bool = False  # train 2 steps, save, resume from the checkpoint for the 3rd
+
+
+def _model():
+    import hf_models
+
+    model, _, _ = hf_models.build("qwen2_vl")
+    model.config.text_config.pad_token_id = 0
+    model.config.text_config._attn_implementation = "sdpa"  # the CP attention runs SDPA
+    return model
+
+
+def _config(setup, out, **fields):
+    common = dict(
+        output_dir=out,
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=3,
+        # Plain SGD without clipping: each update is -lr * the gradient (AdamW would hide a scale).
+        optim="sgd",
+        learning_rate=0.5,
+        max_grad_norm=0.0,
+        weight_decay=0.0,
+        lr_scheduler_type="constant",
+        logging_steps=1,
+        report_to="none",
+        save_strategy="steps" if setup.resume else "no",
+        save_steps=2,
+        disable_tqdm=True,
+        seed=5,
+        remove_unused_columns=False,
+        **fields,
+    )
+    if setup.kind == "sft":
+        import trl
+
+        return trl.SFTConfig(max_length=None, gradient_checkpointing=True, **common)
+    import transformers
+
+    return transformers.TrainingArguments(**common)
+
+
+def _rows(count, offset=0):
+    """`count` conversations, each an image of one of four sizes (so the rows pad differently)
+    and an answer whose length varies."""
+    from PIL import Image
+
+    sizes = ((32, 32), (48, 32), (64, 48), (24, 40))
+    rows = []
+    for i in range(offset, offset + count):
+        w, h = sizes[i % len(sizes)]
+        image = Image.new("RGB", (w, h), (37 * i % 256, 91 * i % 256, 53 * i % 256))
+        user = [{"type": "image"}, {"type": "text", "text": "What is shape %d?" % i}]
+        answer = [{"type": "text", "text": "Shape %d is %s." % (i, "round" * (1 + i % 3))}]
+        rows.append({"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}],
+                     "images": [image]})  # fmt: skip
+    return rows
+
+
+def _collator(processor):
+    """The plain Trainer's collator: right-padded rows, labels -100 on the padding."""
+
+    def collate(rows):
+        texts = [processor.apply_chat_template(r["messages"], tokenize=False) for r in rows]
+        batch = processor(text=texts, images=[i for r in rows for i in r["images"]], padding=True, return_tensors="pt")
+        batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        return batch
+
+    return collate
+
+
+def _logits_only(logits, _labels):
+    return logits[0] if isinstance(logits, tuple) else logits
+
+
+def _trainer(setup, out, **fields):
+    import datasets
+    import transformers
+    import trl
+    import trl_grpo
+
+    processor = trl_grpo.tiny_processor("qwen2_vl")
+    processor.tokenizer.padding_side = "right"
+    train = datasets.Dataset.from_list(_rows(12))
+    evaluation = datasets.Dataset.from_list(_rows(5, offset=100))
+    args = _config(setup, out, **fields)
+    peft_config = None
+    if setup.peft:
+        import peft
+
+        peft_config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "qkv"])
+    if setup.kind == "sft":
+        return trl.SFTTrainer(model=_model(), args=args, train_dataset=train, eval_dataset=evaluation,
+                              processing_class=processor, peft_config=peft_config)  # fmt: skip
+    # predict() keeps the logits: the model's outputs also hold the tower's, of other sizes on
+    # each process, which the Trainer cannot gather.
+    return transformers.Trainer(model=_model(), args=args, train_dataset=train, eval_dataset=evaluation,
+                                data_collator=_collator(processor),
+                                preprocess_logits_for_metrics=_logits_only)  # fmt: skip
+
+
+def _watch(trainer, seen):
+    """Per forward: the rows this rank's decoder ran of the sequence, and its tower's patch rows
+    of the batch's."""
+    from frameshard.hf import _patches
+    from frameshard.integrations import _cp_trainer
+
+    base = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
+    visual = base.model.visual
+    visual.register_forward_pre_hook(
+        lambda _m, a, k: seen["tower_total"].append(int((a[1] if len(a) > 1 else k["grid_thw"]).prod(-1).sum())),
+        with_kwargs=True,
+    )  # noqa: E501
+    visual.patch_embed.register_forward_pre_hook(lambda _m, a: seen["tower_local"].append(int(a[0].shape[0])))
+    session = _patches.state(trainer, _cp_trainer.OWNER)
+    if session is not None:
+
+        def after(_m, _a, _out):
+            fwd = session.cp._state.last
+            seen["decoder"].append([int(fwd.positions.numel()), int(fwd.seq_len)])
+
+        session.cp.language_model.register_forward_hook(after)
+
+
+def _params(trainer):
+    out = {}
+    for n, p in trainer.model.named_parameters():
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        out[n] = full.detach().double().flatten().tolist()
+    return out
+
+
+def _train(setup, trainer, out):
+    with _fsdp2(trainer) if setup.fsdp2 else contextlib.nullcontext():
+        if not setup.resume:
+            return trainer.train()
+        trainer.args.max_steps = 2  # stop after the checkpoint of step 2
+        trainer.train()
+        trainer.args.max_steps = 3
+        return trainer.train(resume_from_checkpoint=os.path.join(out, "checkpoint-2"))
+
+
+def run(setup):
+    def scenario(rank, world, group):
+        from frameshard.integrations import trl as fs_trl
+
+        _env(rank, world)
+        with tempfile.TemporaryDirectory() as tmp:
+            holder = [tmp]
+            dist.broadcast_object_list(holder, src=0, group=group)  # one output directory
+            out = os.path.join(holder[0], "out")
+            trainer = _trainer(setup, out)
+            if setup.cp > 1:
+                config = frameshard.FrameShardingConfig(
+                    enabled=True, gather="owner", min_tokens=0, min_frames=0, min_local_patch_rows=0
+                )
+                fs_trl.enable(trainer, config, cp_size=setup.cp)
+            seen = {"decoder": [], "tower_total": [], "tower_local": []}
+            _watch(trainer, seen)
+            torch.manual_seed(11)
+            _train(setup, trainer, out)
+            logs = [e for e in trainer.state.log_history if "loss" in e]
+            metrics = trainer.evaluate()
+            params = _params(trainer)  # collective under FSDP2 (full_tensor)
+            result = dict(
+                losses=[e["loss"] for e in logs],
+                logged=logs[-1],
+                eval=metrics,
+                params=params if rank == 0 else None,
+                checkpointing=bool(getattr(trainer.model, "is_gradient_checkpointing", False)),
+                **seen,
+            )
+            if setup.kind == "trainer":
+                predicted = trainer.predict(trainer.eval_dataset)
+                logits = torch.as_tensor(predicted.predictions)
+                real = torch.as_tensor(predicted.label_ids) != -100  # pads' logits are the CP path's own
+                result.update(predict_shape=list(logits.shape), predict_sum=float(logits[real].double().abs().sum()))
+            result["enabled"] = fs_trl.disable(trainer)
+            dist.barrier(group)
+        return result
+
+    return scenario
+
+
+import frameshard  # noqa: E402
+
+SCENARIOS = {}
+for _cp in (1, 2):
+    SCENARIOS["sft_cp%d" % _cp] = run(Setup(cp=_cp))
+    SCENARIOS["trainer_cp%d" % _cp] = run(Setup(kind="trainer", cp=_cp))
+    SCENARIOS["peft_cp%d" % _cp] = run(Setup(cp=_cp, peft=True))
+    SCENARIOS["resume_cp%d" % _cp] = run(Setup(cp=_cp, resume=True))
+    SCENARIOS["fsdp2_cp%d" % _cp] = run(Setup(cp=_cp, fsdp2=True))
+
+
+def default(world):
+    """World 1: the references of dp 1; world 2: dp 1 x cp 2 and the references of dp 2;
+    world 4: dp 2 x cp 2."""
+    cps = {1: (1,), 2: (1, 2), 4: (2,)}[world]
+    return [name for name in SCENARIOS if int(name.rsplit("cp", 1)[1]) in cps]
+
+
+if __name__ == "__main__":
+    worker_common.main(SCENARIOS, default)
