@@ -23,7 +23,10 @@ pytest.importorskip("trl")
 
 LOSS = 1e-5  # per-step losses, absolute
 PARAMS = 1e-4  # final parameters, relative to the largest
-KINDS = ("sft", "trainer", "peft", "resume", "fsdp2")
+# kind -> the reference's kind ("accelerate": accelerate's ParallelismConfig(cp_size=2) declared
+# and taken over, against the run without CP; "accepts": the Trainer's gathered token count).
+KINDS = {k: k for k in ("sft", "trainer", "peft", "resume", "fsdp2", "accepts")}
+KINDS["accelerate"] = "accepts"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,7 @@ def worlds():
 
 def _pair(worlds, kind, dp):
     """(the run without CP on dp processes, rank 0's; the dp x cp 2 run, every rank's)."""
-    _, ref = scenario((dp, worlds[dp]), "%s_cp1" % kind)
+    _, ref = scenario((dp, worlds[dp]), "%s_cp1" % KINDS[kind])
     _, cp = scenario((2 * dp, worlds[2 * dp]), "%s_cp2" % kind)
     return ref[0], cp
 
@@ -110,3 +113,31 @@ def test_accelerates_cp_leaves_pixels_whole_and_cuts_mrope_positions_on_the_batc
     assert id(inputs["pixel_values"]) not in cut and id(inputs["image_grid_thw"]) not in cut  # every rank: every frame
     assert cut[id(inputs["position_ids"])] == 1  # dim 1 of (3, B, S): the batch, not the sequence
     assert cut[id(inputs["input_ids"])] == 1
+
+
+def test_what_the_cp_forward_cannot_run_is_refused_naming_the_option():
+    import torch
+
+    import frameshard
+    from frameshard.integrations import _cp_trainer
+    from frameshard.integrations import trl as fs_trl
+
+    fn = "frameshard.integrations.trl.enable"
+    ids = torch.ones(2, 4, dtype=torch.long)
+    right = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    with pytest.raises(frameshard.FrameshardError, match="padding_free=False"):
+        _cp_trainer._check_batch({"input_ids": ids, "cu_seq_lens_q": torch.tensor([0, 4])}, fn)
+    with pytest.raises(frameshard.FrameshardError, match="padding_free=False"):
+        _cp_trainer._check_batch({"input_ids": ids, "position_ids": torch.arange(4).expand(2, 4)}, fn)
+    labels = ids.masked_fill(right == 0, -100)
+    _cp_trainer._check_batch({"input_ids": ids, "attention_mask": right, "labels": labels}, fn)  # accepted
+    with pytest.raises(frameshard.FrameshardError, match=r"labels: expected -100 at every padded position, got 1"):
+        _cp_trainer._check_batch({"input_ids": ids, "attention_mask": right, "labels": ids}, fn)
+    hook = _cp_trainer._drop_right_padding(fn)
+    assert hook(None, (), {"attention_mask": right})[1]["attention_mask"] is None  # pads last: dropped
+    with pytest.raises(frameshard.FrameshardError, match="expected right padding"):
+        hook(None, (), {"attention_mask": torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])})
+    with pytest.raises(frameshard.FrameshardError, match=r"cp_size: expected an int >= 1, got 0"):
+        fs_trl.enable(object(), cp_size=0)
+    with pytest.raises(frameshard.FrameshardError, match="expected a trl.GRPOTrainer or a transformers Trainer"):
+        fs_trl.enable(object(), cp_size=2)

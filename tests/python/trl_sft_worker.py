@@ -36,6 +36,10 @@ class Setup:
     peft: bool = False
     fsdp2: bool = False
     resume: bool = False  # train 2 steps, save, resume from the checkpoint for the 3rd
+    # The Trainer's token count (num_items_in_batch, gathered over all processes) and its loss
+    # factor num_processes, as for a model that accepts loss kwargs (Qwen2-VL does not).
+    accepts: bool = False
+    accelerate_cp: bool = False  # accelerate's ParallelismConfig(cp_size) declared, taken over
 
 
 def _model():
@@ -182,44 +186,73 @@ def _train(setup, trainer, out):
 
 def run(setup):
     def scenario(rank, world, group):
-        from frameshard.integrations import trl as fs_trl
-
         _env(rank, world)
         with tempfile.TemporaryDirectory() as tmp:
             holder = [tmp]
             dist.broadcast_object_list(holder, src=0, group=group)  # one output directory
             out = os.path.join(holder[0], "out")
             trainer = _trainer(setup, out)
-            if setup.cp > 1:
-                config = frameshard.FrameShardingConfig(
-                    enabled=True, gather="owner", min_tokens=0, min_frames=0, min_local_patch_rows=0
-                )
-                fs_trl.enable(trainer, config, cp_size=setup.cp)
-            seen = {"decoder": [], "tower_total": [], "tower_local": []}
-            _watch(trainer, seen)
-            torch.manual_seed(11)
-            _train(setup, trainer, out)
-            logs = [e for e in trainer.state.log_history if "loss" in e]
-            metrics = trainer.evaluate()
-            params = _params(trainer)  # collective under FSDP2 (full_tensor)
-            result = dict(
-                losses=[e["loss"] for e in logs],
-                logged=logs[-1],
-                eval=metrics,
-                params=params if rank == 0 else None,
-                checkpointing=bool(getattr(trainer.model, "is_gradient_checkpointing", False)),
-                **seen,
-            )
-            if setup.kind == "trainer":
-                predicted = trainer.predict(trainer.eval_dataset)
-                logits = torch.as_tensor(predicted.predictions)
-                real = torch.as_tensor(predicted.label_ids) != -100  # pads' logits are the CP path's own
-                result.update(predict_shape=list(logits.shape), predict_sum=float(logits[real].double().abs().sum()))
-            result["enabled"] = fs_trl.disable(trainer)
+            if setup.accepts:
+                trainer.model_accepts_loss_kwargs = True
+            with _parallelism_config(trainer, setup):
+                result = _run(setup, trainer, out, rank)
             dist.barrier(group)
         return result
 
     return scenario
+
+
+@contextlib.contextmanager
+def _parallelism_config(trainer, setup):
+    """accelerate's ParallelismConfig(cp_size) on the trainer's accelerator state when the setup
+    asks (accelerate's CP runs only on CUDA with FSDP2, so the config is set after the trainer
+    is built; the trainer's own CP code paths read it), restored after."""
+    if not setup.accelerate_cp:
+        yield
+        return
+    from accelerate import ParallelismConfig
+
+    state = trainer.accelerator.state
+    before = state.parallelism_config, state.device_mesh
+    state.parallelism_config = ParallelismConfig(cp_size=setup.cp, dp_shard_size=dist.get_world_size() // setup.cp)
+    state.device_mesh = state.parallelism_config.build_device_mesh("cpu")  # as accelerate builds it
+    try:
+        yield
+    finally:
+        state.parallelism_config, state.device_mesh = before
+
+
+def _run(setup, trainer, out, rank):
+    """One training (see the module docstring) of `trainer`; its record."""
+    from frameshard.integrations import trl as fs_trl
+
+    if setup.cp > 1:
+        config = frameshard.FrameShardingConfig(
+            enabled=True, gather="owner", min_tokens=0, min_frames=0, min_local_patch_rows=0
+        )
+        fs_trl.enable(trainer, config, cp_size=setup.cp)
+    seen = {"decoder": [], "tower_total": [], "tower_local": []}
+    _watch(trainer, seen)
+    torch.manual_seed(11)
+    _train(setup, trainer, out)
+    logs = [e for e in trainer.state.log_history if "loss" in e]
+    metrics = trainer.evaluate()
+    params = _params(trainer)  # collective under FSDP2 (full_tensor)
+    result = dict(
+        losses=[e["loss"] for e in logs],
+        logged=logs[-1],
+        eval=metrics,
+        params=params if rank == 0 else None,
+        checkpointing=bool(getattr(trainer.model, "is_gradient_checkpointing", False)),
+        **seen,
+    )
+    if setup.kind == "trainer":
+        predicted = trainer.predict(trainer.eval_dataset)
+        logits = torch.as_tensor(predicted.predictions)
+        real = torch.as_tensor(predicted.label_ids) != -100  # pads' logits are the CP path's own
+        result.update(predict_shape=list(logits.shape), predict_sum=float(logits[real].double().abs().sum()))
+    result["enabled"] = fs_trl.disable(trainer)
+    return result
 
 
 import frameshard  # noqa: E402
@@ -231,6 +264,8 @@ for _cp in (1, 2):
     SCENARIOS["peft_cp%d" % _cp] = run(Setup(cp=_cp, peft=True))
     SCENARIOS["resume_cp%d" % _cp] = run(Setup(cp=_cp, resume=True))
     SCENARIOS["fsdp2_cp%d" % _cp] = run(Setup(cp=_cp, fsdp2=True))
+    SCENARIOS["accepts_cp%d" % _cp] = run(Setup(cp=_cp, accepts=True))
+SCENARIOS["accelerate_cp2"] = run(Setup(cp=2, accepts=True, accelerate_cp=True))
 
 
 def default(world):

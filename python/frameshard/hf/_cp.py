@@ -281,6 +281,30 @@ class ContextParallel:
         return remove(self.language_model)
 
 
+def _check_arguments(grad_reduction: str, split: str, outputs: str) -> None:
+    """context_parallel's refusals before it touches the model."""
+    _compat.check_transformers("context_parallel")
+    missing = _compat.missing_cp_features()
+    if missing:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected transformers with %s, got transformers %s without it"
+            % (", ".join(missing), _compat.transformers_version())
+        )
+    if grad_reduction not in _grad_reduction.MODES:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: grad_reduction: expected one of %s, got %r"
+            % (", ".join(_grad_reduction.MODES), grad_reduction)
+        )
+    if outputs not in OUTPUTS:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: outputs: expected one of %s, got %r" % (", ".join(OUTPUTS), outputs)
+        )
+    if split not in _cp_layout.SPLITS:
+        raise FrameshardError(
+            "frameshard.hf.context_parallel: expected split 'load_balanced' or 'contiguous', got %r" % (split,)
+        )
+
+
 def context_parallel(
     model: Any,
     group: Any = None,
@@ -305,26 +329,7 @@ def context_parallel(
     `outputs`: "local" (this rank's rows of the last hidden state and logits) or "whole" (the
     whole sequence's on every rank, all-gathered after the last decoder layer; see the module's
     docstring)."""
-    _compat.check_transformers("context_parallel")
-    missing = _compat.missing_cp_features()
-    if missing:
-        raise FrameshardError(
-            "frameshard.hf.context_parallel: expected transformers with %s, got transformers %s without it"
-            % (", ".join(missing), _compat.transformers_version())
-        )
-    if grad_reduction not in _grad_reduction.MODES:
-        raise FrameshardError(
-            "frameshard.hf.context_parallel: grad_reduction: expected one of %s, got %r"
-            % (", ".join(_grad_reduction.MODES), grad_reduction)
-        )
-    if outputs not in OUTPUTS:
-        raise FrameshardError(
-            "frameshard.hf.context_parallel: outputs: expected one of %s, got %r" % (", ".join(OUTPUTS), outputs)
-        )
-    if split not in _cp_layout.SPLITS:
-        raise FrameshardError(
-            "frameshard.hf.context_parallel: expected split 'load_balanced' or 'contiguous', got %r" % (split,)
-        )
+    _check_arguments(grad_reduction, split, outputs)
     lm = _cp_layout.find_language_model(model)
     pg, _ = resolve(group, "hf.context_parallel")
     config = lm.config

@@ -234,7 +234,7 @@ def _check_batch(inputs: dict, fn: str) -> None:
             raise _error(fn, "labels: expected -100 at every padded position, got %d labelled pad(s)" % bad)
 
 
-def _compute_loss(session: Session, trainer: Any, fn: str) -> Any:
+def _compute_loss(session: Session, fn: str) -> Any:
     def make(original: Any) -> Any:
         def compute_loss(model: Any, inputs: dict, *args: Any, **kwargs: Any) -> Any:
             _check_batch(inputs, fn)
@@ -268,13 +268,14 @@ def _multimodal_model(root: torch.nn.Module, lm: torch.nn.Module) -> torch.nn.Mo
 def _patches_of(trainer: Any, session: Session, fn: str) -> list:
     accelerator = trainer.accelerator
     patches = [
-        _patches.wrapped(trainer, "compute_loss", _compute_loss(session, trainer, fn)),
+        _patches.wrapped(trainer, "compute_loss", _compute_loss(session, fn)),
         _patches.wrapped(accelerator, "gather_for_metrics", _gather_for_metrics(accelerator, session)),
     ]
+    # Without a ParallelismConfig accelerate shards the data over every process; with one, its
+    # mesh's "cp" dimension shards it over dp already (the shard is then left as it is).
+    patches.append(_patches.wrapped(accelerator, "prepare_data_loader", _prepare_data_loader(session, fn)))
     if session.accelerate_cp:
         patches.append(_patches.wrapped(trainer, "_prepare_context_parallel_inputs", _no_accelerate_cp))
-    else:  # accelerate's mesh has no "cp": it shards the data over every process
-        patches.append(_patches.wrapped(accelerator, "prepare_data_loader", _prepare_data_loader(session, fn)))
     return patches
 
 

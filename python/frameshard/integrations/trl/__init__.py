@@ -101,8 +101,8 @@ def enable(trainer: _Any, config: _Config | None = None, *, keys: str = "groups"
     context parallelism over CP groups of `cp_size` processes (the module's docstring); `config`
     None is `_cp_trainer.cp_config()` (frame sharding, gather "owner"); cp_size 1 changes nothing.
 
-    A GRPOTrainer (cp_size 1): makes every vision pass of `trainer` (a trl.GRPOTrainer, built, not yet training) encode
-    each distinct image once across all its processes; returns the trainer. `config` None is
+    A trl.GRPOTrainer (built, not yet training; cp_size 1): makes every vision pass encode each
+    distinct image once across all its processes; returns the trainer. `config` None is
     `grpo_config()`; another config is taken with mesh_dims ["dp", "cp"] (the processes hold
     different batches) and its thresholds as they are (below them a call encodes each process's
     own images, deduplicated on the process). `keys`: "groups" (the trainer's prompt groups) or
@@ -117,6 +117,10 @@ def enable(trainer: _Any, config: _Config | None = None, *, keys: str = "groups"
         raise FrameshardError(
             "%s: cp_size: expected 1 for a GRPOTrainer (its generation has no CP), got %d" % (_FN, cp_size)
         )
+    return _enable_grpo(trainer, config, keys)
+
+
+def _enable_grpo(trainer: _Any, config: _Config | None, keys: str) -> _Any:
     disable(trainer)  # a previous enable's wrappers would hide the trainer's own methods
     missing = _compat.missing_grpo_features(trainer)
     if missing:
