@@ -178,7 +178,10 @@ def test_enable_refuses_what_it_cannot_run():
     import frameshard
     from frameshard.integrations import trl as fs_trl
 
-    with pytest.raises(frameshard.FrameshardError, match="expected a trl.GRPOTrainer or a transformers Trainer .trl.SFTTrainer., got object"):
+    with pytest.raises(
+        frameshard.FrameshardError,
+        match="expected a trl.GRPOTrainer or a transformers Trainer .trl.SFTTrainer., got object",
+    ):
         fs_trl.enable(object())
     config = fs_trl.grpo_config()
     assert (config.enabled, config.dedup, config.mesh_dims, config.min_tokens, config.min_frames) == (
