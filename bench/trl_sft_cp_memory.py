@@ -66,6 +66,7 @@ def rank_main(args: argparse.Namespace) -> None:
     model = trl_grpo.tiny_qwen2_vl(hidden=args.hidden)
     text = model.config.text_config
     text.num_hidden_layers = args.layers  # 2 heads, 1 KV head: the tiny model's M-RoPE sections
+    text.layer_types = ["full_attention"] * args.layers
     text.intermediate_size = int(2.75 * args.hidden) // 64 * 64
     torch.manual_seed(0)
     model = transformers.Qwen2VLForConditionalGeneration._from_config(model.config, attn_implementation="sdpa")

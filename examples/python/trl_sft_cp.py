@@ -32,11 +32,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trl_grpo  # noqa: E402  (the tiny model and processor)
 
 
-def conversations(count: int = 16, sizes: tuple = ((32, 32), (48, 32), (64, 48), (24, 40))) -> datasets.Dataset:
-    """`count` conversations: a user turn with an image of one of `sizes` and a question, an
-    assistant answer (TRL's conversational vision format: a `messages` and an `images` column)."""
+def conversations(
+    count: int = 16, offset: int = 0, sizes: tuple = ((32, 32), (48, 32), (64, 48), (24, 40))
+) -> datasets.Dataset:
+    """`count` conversations (numbered from `offset`): a user turn with an image of one of `sizes`
+    and a question, an assistant answer whose length varies (TRL's conversational vision format:
+    a `messages` and an `images` column)."""
     rows = []
-    for i in range(count):
+    for i in range(offset, offset + count):
         w, h = sizes[i % len(sizes)]
         image = Image.new("RGB", (w, h), (37 * i % 256, 91 * i % 256, 53 * i % 256))
         user = [{"type": "image"}, {"type": "text", "text": "What is shape %d?" % i}]

@@ -212,6 +212,36 @@ def test_chunk_positions_partition(split, cp):
             assert rows[0][-1] == total - 1 and rows[0][size - 1] == size - 1  # chunks 0 and 2CP-1
 
 
+@pytest.mark.parametrize("split", hf_layout.SPLITS)
+@pytest.mark.parametrize("cp", (2, 3))
+def test_the_mask_free_cpu_attention_equals_the_masked_one_with_its_gradients(split, cp):
+    """hf/_cp_attention.py: each run of a rank's rows against the keys before it and its own
+    block, merged by log-sum-exp, against SDPA over every gathered key with the causal mask."""
+    import torch
+
+    from frameshard.hf import _cp_attention
+
+    torch.manual_seed(cp)
+    seq = 29  # end padding at every cp and split
+    padded = hf_layout.padded_length(seq, cp, split)
+    order = torch.cat([hf_layout.chunk_positions(seq, cp, r, split) for r in range(cp)])
+    for rank in range(cp):
+        positions = hf_layout.chunk_positions(seq, cp, rank, split)
+        fwd = hf_layout.Forward(None, None, cp, seq, positions, order, torch.argsort(order), [])
+        q = torch.randn(2, 4, len(positions), 8, dtype=torch.float64, requires_grad=True)  # 4 heads
+        k = torch.randn(2, 2, padded, 8, dtype=torch.float64, requires_grad=True)  # 2 key heads
+        v = torch.randn(2, 2, padded, 8, dtype=torch.float64, requires_grad=True)
+        out = _cp_attention.flash_runs(q, torch.cat([k, v], dim=1), fwd, None, 0.0)
+        wide_k, wide_v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, wide_k, wide_v, attn_mask=fwd.mask)
+        weight = torch.randn_like(ref)
+        grads = torch.autograd.grad((out * weight).sum(), (q, k, v))
+        ref_grads = torch.autograd.grad((ref * weight).sum(), (q, k, v))
+        assert float((out - ref).detach().abs().max()) <= 1e-12
+        assert max(float((a - b).abs().max()) for a, b in zip(grads, ref_grads, strict=True)) <= 1e-12
+    assert _cp_attention.runs(torch.tensor([0, 1, 2, 6, 7])) == [(0, 0, 3), (3, 6, 2)]
+
+
 def test_errors():
     model, visual, _ = hf_models.build("qwen2_vl")
     with pytest.raises(frameshard.FrameshardError, match="expected split 'load_balanced' or 'contiguous', got 'ring'"):

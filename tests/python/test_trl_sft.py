@@ -63,6 +63,9 @@ def test_cp_trains_as_the_run_without_cp(worlds, kind, dp):
         assert abs(r["eval"]["eval_loss"] - ref["eval"]["eval_loss"]) <= LOSS, (rank, r["eval"])
         assert r["enabled"] and not ref["enabled"]
     assert params <= PARAMS, params
+    if kind == "resume":  # the checkpoint of step 2: the run without CP's, whole
+        assert ref["checkpoint"].keys() == cp[0]["checkpoint"].keys()
+        assert _max_rel(ref["checkpoint"], cp[0]["checkpoint"]) <= PARAMS
     if kind != "trainer":  # TRL's metrics: the tokens of each CP group counted once
         for key in ("num_tokens", "entropy", "mean_token_accuracy"):
             assert abs(cp[0]["logged"][key] - ref["logged"][key]) <= 1e-5 * max(1.0, abs(ref["logged"][key])), key

@@ -84,23 +84,6 @@ def _config(setup, out, **fields):
     return transformers.TrainingArguments(**common)
 
 
-def _rows(count, offset=0):
-    """`count` conversations, each an image of one of four sizes (so the rows pad differently)
-    and an answer whose length varies."""
-    from PIL import Image
-
-    sizes = ((32, 32), (48, 32), (64, 48), (24, 40))
-    rows = []
-    for i in range(offset, offset + count):
-        w, h = sizes[i % len(sizes)]
-        image = Image.new("RGB", (w, h), (37 * i % 256, 91 * i % 256, 53 * i % 256))
-        user = [{"type": "image"}, {"type": "text", "text": "What is shape %d?" % i}]
-        answer = [{"type": "text", "text": "Shape %d is %s." % (i, "round" * (1 + i % 3))}]
-        rows.append({"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}],
-                     "images": [image]})  # fmt: skip
-    return rows
-
-
 def _collator(processor):
     """The plain Trainer's collator: right-padded rows, labels -100 on the padding."""
 
@@ -118,15 +101,15 @@ def _logits_only(logits, _labels):
 
 
 def _trainer(setup, out, **fields):
-    import datasets
     import transformers
     import trl
     import trl_grpo
+    import trl_sft_cp
 
     processor = trl_grpo.tiny_processor("qwen2_vl")
     processor.tokenizer.padding_side = "right"
-    train = datasets.Dataset.from_list(_rows(12))
-    evaluation = datasets.Dataset.from_list(_rows(5, offset=100))
+    train = trl_sft_cp.conversations(12)
+    evaluation = trl_sft_cp.conversations(5, offset=100)
     args = _config(setup, out, **fields)
     peft_config = None
     if setup.peft:
@@ -246,6 +229,11 @@ def _run(setup, trainer, out, rank):
         checkpointing=bool(getattr(trainer.model, "is_gradient_checkpointing", False)),
         **seen,
     )
+    if setup.resume and rank == 0:  # the checkpoint the run resumed from: whole tensors
+        from safetensors.torch import load_file
+
+        saved = load_file(os.path.join(out, "checkpoint-2", "model.safetensors"))
+        result["checkpoint"] = {k: v.double().flatten().tolist() for k, v in saved.items()}
     if setup.kind == "trainer":
         predicted = trainer.predict(trainer.eval_dataset)
         logits = torch.as_tensor(predicted.predictions)

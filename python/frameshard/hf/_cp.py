@@ -67,7 +67,7 @@ import torch.distributed as dist
 
 from .._C import FrameshardError
 from .._groups import Timeout, resolve
-from . import _compat, _cp_layout, _cp_linear, _cp_owner, _family, _grad_reduction, _patches
+from . import _compat, _cp_attention, _cp_layout, _cp_linear, _cp_owner, _family, _grad_reduction, _patches
 
 # The attention implementation's name: registered with transformers' AttentionInterface and set
 # as the text config's `_attn_implementation`.
@@ -98,16 +98,19 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
     hkv = key.shape[1]
     kv = torch.cat([key, value], dim=1).permute(2, 0, 1, 3)  # [local, B, 2 Hkv, D]
     kv = fwd.gather(kv).permute(1, 2, 0, 3)  # [B, 2 Hkv, padded, D]
-    key, value = kv[:, :hkv], kv[:, hkv:]
-    groups = query.shape[1] // hkv
-    if groups > 1:  # grouped-query attention: each K/V head serves `groups` query heads in turn
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
-    # The keys stay in gathered (rank-major) order: the mask, built once per forward from the
-    # gathered rows' global positions, is what makes it causal.
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=fwd.mask, dropout_p=dropout if module.training else 0.0, scale=scaling
-    )
+    dropout = dropout if module.training else 0.0
+    out = _cp_attention.flash_runs(query, kv, fwd, scaling, dropout)  # CPU: no mask held
+    if out is None:
+        key, value = kv[:, :hkv], kv[:, hkv:]
+        groups = query.shape[1] // hkv
+        if groups > 1:  # grouped-query attention: each K/V head serves `groups` query heads in turn
+            key = key.repeat_interleave(groups, dim=1)
+            value = value.repeat_interleave(groups, dim=1)
+        # The keys stay in gathered (rank-major) order: the mask, built once per forward from the
+        # gathered rows' global positions, is what makes it causal.
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=fwd.mask, dropout_p=dropout, scale=scaling
+        )
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -68,8 +68,16 @@ class Forward:
     positions: torch.Tensor  # this rank's global positions [local]
     order: torch.Tensor  # the gathered rows' global positions [padded], rank-major
     inverse: torch.Tensor  # gathered row index of each global position [padded]
-    mask: torch.Tensor  # [local, padded] bool: gathered key's position <= query position
     calls: list  # the attention calls made (the test checks that only text layers call)
+    mask_: torch.Tensor | None = None
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """[local, padded] bool: gathered key's position <= query position (built on first use,
+        by the masked attention only: the CPU kernel needs none)."""
+        if self.mask_ is None:
+            self.mask_ = self.order[None, :] <= self.positions[:, None]
+        return self.mask_
 
     def gather(self, rows: torch.Tensor) -> torch.Tensor:
         """[local, ...] -> [padded, ...] in rank-major order (differentiable; collective)."""
@@ -116,7 +124,6 @@ def forward_layout(
         positions=positions,
         order=order,
         inverse=torch.argsort(order),
-        mask=order[None, :] <= positions[:, None],
         calls=[],
     )
 

@@ -92,3 +92,15 @@ def remove(root: Any, owner: str) -> bool:
     if not records:
         root.__dict__.pop(_REGISTRY, None)
     return True
+
+
+def uninstall(root: Any, owner: str) -> Any | None:
+    """`remove` of an owner whose state holds forward-hook handles in `.hooks` (the trainer
+    integrations): the hooks removed, then the patches; the state, or None if not installed."""
+    installed = state(root, owner)
+    if installed is None:
+        return None
+    for handle in installed.hooks:
+        handle.remove()
+    remove(root, owner)
+    return installed

@@ -325,12 +325,9 @@ def install(trainer: Any, config: FrameShardingConfig | None, cp_size: int, fn: 
 
 def remove(trainer: Any) -> Session | None:
     """Undoes `install`; the session it removed, or None."""
-    session = _patches.state(trainer, OWNER)
+    session = _patches.uninstall(trainer, OWNER)
     if session is None:
         return None
-    for handle in session.hooks:
-        handle.remove()
-    _patches.remove(trainer, OWNER)
     trainer.gather_function = trainer.accelerator.gather_for_metrics
     if session.vision:
         _hf.disable(session.root)

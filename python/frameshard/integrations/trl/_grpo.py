@@ -271,10 +271,7 @@ def install(trainer: Any, session: Session) -> None:
 
 def remove(trainer: Any) -> Session | None:
     """Undoes `install`; the session it removed, or None."""
-    session = _patches.state(trainer, OWNER)
+    session = _patches.uninstall(trainer, OWNER)
     if session is None:
         return None
-    for handle in session.hooks:
-        handle.remove()
-    _patches.remove(trainer, OWNER)
     return session
