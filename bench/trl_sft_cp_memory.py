@@ -47,6 +47,24 @@ def _sample(pages: int, text: int):
     return datasets.Dataset.from_list([row])
 
 
+def _saved_mib(trainer) -> float:  # noqa: ANN001
+    """MiB of the tensors autograd saves for the backward in one forward of the first batch (each
+    storage once): the activations the model holds, without the backward's transients."""
+    import torch
+
+    batch = next(iter(trainer.get_train_dataloader()))
+    seen = {}
+
+    def pack(x: torch.Tensor) -> torch.Tensor:
+        storage = x.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        trainer.model(**batch)
+    return sum(seen.values()) / 2**20
+
+
 def rank_main(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
@@ -87,11 +105,13 @@ def rank_main(args: argparse.Namespace) -> None:
         "on_step_end": lambda self, *a, **k: times.append(time.monotonic()),
     })())  # fmt: skip
     before = _rss_mib("VmRSS")
-    trainer.train()
+    saved = _saved_mib(trainer) if args.saved else float("nan")
+    if not args.saved:
+        trainer.train()
     peak = _rss_mib("VmHWM")
-    tokens = int(trainer.state.log_history[0].get("num_tokens", 0))
+    tokens = int(trainer.state.log_history[0].get("num_tokens", 0)) if trainer.state.log_history else 0
     steps = [b - a for a, b in zip(times[0::2], times[1::2], strict=True)]
-    record = dict(rank=args.rank, before=before, peak=peak, tokens=tokens, steps=steps)
+    record = dict(rank=args.rank, before=before, peak=peak, tokens=tokens, steps=steps or [0.0], saved=saved)
     with open(os.path.join(args.out, "rank%d.json" % args.rank), "w") as f:
         json.dump(record, f)
     fs_trl.disable(trainer)
@@ -102,9 +122,8 @@ def run(cp: int, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as out:
         port = 29600 + cp
         extra = ["--pages", str(args.pages), "--text", str(args.text), "--hidden", str(args.hidden)]
-        extra += ["--layers", str(args.layers), "--steps", str(args.steps)] + (
-            ["--checkpointing"] if args.checkpointing else []
-        )
+        extra += ["--layers", str(args.layers), "--steps", str(args.steps)]
+        extra += (["--checkpointing"] if args.checkpointing else []) + (["--saved"] if args.saved else [])
         env = dict(os.environ, OMP_NUM_THREADS="1")
         command = [sys.executable, __file__, "--cp", str(cp), "--port", str(port), "--out", out, *extra]
         procs = [
@@ -126,7 +145,8 @@ def run(cp: int, args: argparse.Namespace) -> dict:
     top = max(ranks, key=lambda x: x["peak"])
     later = [max(r["steps"][i] for r in ranks) for i in range(1, len(ranks[0]["steps"]))] or ranks[0]["steps"]
     return dict(cp=cp, tokens=top["tokens"], peak=top["peak"], before=top["before"],
-                added=top["peak"] - top["before"], step=sum(later) / len(later))  # fmt: skip
+                added=top["peak"] - top["before"], step=sum(later) / len(later),
+                saved=max(r["saved"] for r in ranks))  # fmt: skip
 
 
 def main() -> None:
@@ -138,6 +158,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing (SFTConfig's default)")
+    parser.add_argument("--saved", action="store_true", help="one forward: the MiB autograd saves, no training")
     parser.add_argument("--json")
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cp", type=int, help=argparse.SUPPRESS)
@@ -148,12 +169,17 @@ def main() -> None:
         return rank_main(args)
     rows = [run(int(c), args) for c in args.cps.split(",")]
     base = rows[0]
-    print("| CP | tokens | peak MiB (largest rank) | ratio | added by training MiB | ratio | step s | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print("| %d | %d | %.0f | %.3f | %.0f | %.3f | %.2f | %.3f |" % (
-            r["cp"], r["tokens"], r["peak"], r["peak"] / base["peak"], r["added"], r["added"] / base["added"],
-            r["step"], r["step"] / base["step"]))  # fmt: skip
+    if args.saved:
+        print("| CP | saved by autograd, MiB (largest rank) | ratio |\n|---|---|---|")
+        for r in rows:
+            print("| %d | %.0f | %.3f |" % (r["cp"], r["saved"], r["saved"] / base["saved"]))
+    else:
+        print("| CP | tokens | peak MiB (largest rank) | ratio | added by training MiB | ratio | step s | ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print("| %d | %d | %.0f | %.3f | %.0f | %.3f | %.2f | %.3f |" % (
+                r["cp"], r["tokens"], r["peak"], r["peak"] / base["peak"], r["added"], r["added"] / base["added"],
+                r["step"], r["step"] / base["step"]))  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
