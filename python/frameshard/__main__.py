@@ -2,7 +2,11 @@
 
 import sys
 
+from . import _shutdown
 from .cli._main import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if _shutdown.ended():  # a launched rank, its groups destroyed: skip torch's teardown
+        _shutdown.exit_now(code)
+    sys.exit(code)

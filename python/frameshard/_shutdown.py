@@ -6,12 +6,23 @@ except BaseException:
     frameshard.shut_down(peers_alive=False)
     raise
 frameshard.shut_down()
+
+and, for a process that is only a rank (the command line's launched ranks, the test workers):
+
+    frameshard._shutdown.exit_now(code)   # after shut_down: no interpreter finalization
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+from typing import NoReturn
+
 import torch
 import torch.distributed as dist
+
+_ENDED = [False]  # shut_down destroyed this process's groups
 
 
 def shut_down(peers_alive: bool = True) -> None:
@@ -37,3 +48,26 @@ def shut_down(peers_alive: bool = True) -> None:
             dist.barrier()
     finally:
         dist.destroy_process_group()
+        _ENDED[0] = True
+
+
+def ended() -> bool:
+    """True once shut_down has destroyed this process's groups."""
+    return _ENDED[0]
+
+
+def exit_now(code: int) -> NoReturn:
+    """Ends the process with `code` without finalizing the interpreter: flushes logging, stdout and
+    stderr, then os._exit. For a rank's process after shut_down (files it wrote are closed by
+    then). Why: even with no collective in flight and every group destroyed, torch's teardown at
+    finalization has still aborted a rank now and then (`terminate called without an active
+    exception`: a group an object still held, freed by the finalizer with its threads; seen in CI
+    under load, docs/reliability.md). The rank's work is done and its results written, so the
+    finalizer has nothing left to do that os._exit would lose."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken pipe: nothing more to flush
+            pass
+    os._exit(code)

@@ -140,6 +140,26 @@ def test_hf_enable_unsupported_model_names_expected_and_got(solo_group):
     assert "Qwen2VisionTransformerPretrainedModel" in str(err.value) and "got Linear" in str(err.value)
 
 
+def test_a_rank_ends_after_shut_down_without_finalizing_the_interpreter(tmp_path):
+    # exit_now: the code kept, buffered output flushed, and no finalization (where torch's
+    # teardown has aborted ranks: docs/reliability.md), so an atexit handler never runs.
+    script = """
+import atexit, datetime, torch.distributed as dist
+import frameshard
+from frameshard import _shutdown
+dist.init_process_group("gloo", store=dist.FileStore(%r, 1), rank=0, world_size=1)
+atexit.register(lambda: print("finalized"))
+print("trained", end="")
+frameshard.shut_down()
+assert _shutdown.ended()
+_shutdown.exit_now(3)
+""" % str(tmp_path / "store")
+    import subprocess  # noqa: PLC0415
+
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (3, "trained"), done.stderr
+
+
 def test_shard_vision_without_group_raises():
     if torch.distributed.is_initialized():
         pytest.skip("a default group exists in this process")
