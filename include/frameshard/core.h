@@ -19,6 +19,7 @@
 #include <frameshard/frames.h>
 #include <frameshard/media_manifest.h>
 #include <frameshard/media_resize.h>
+#include <frameshard/online_cost.h>
 #include <frameshard/owner_route.h>
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>

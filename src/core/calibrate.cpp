@@ -2,9 +2,9 @@
 // calibration file.
 #include <frameshard/calibrate.h>
 #include <frameshard/error.h>
+#include "core/nnls.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -13,97 +13,6 @@
 namespace frameshard {
 
 namespace {
-
-constexpr int kCoefs = 4;  // a (p^2), b (p), c (1) per frame; per call
-
-// Row i of the weighted system: [k p^2, k p, k, 1] / t, target 1 (the
-// relative error).
-std::array<double, kCoefs> weighted_row(const TimingSample& s) {
-  const double p = static_cast<double>(s.patch_rows);
-  const double k = static_cast<double>(s.frames);
-  return {
-      k * p * p / s.seconds, k * p / s.seconds, k / s.seconds, 1.0 / s.seconds};
-}
-
-// Solves the normal equations restricted to the coefficients in `mask`
-// (bit k: coefficient k free, else 0). Columns are scaled to unit norm first
-// (p^2 / t and 1 / t differ by ~10^7). Returns false when singular (single
-// frames only: c and per_call are the same column).
-bool solve_subset(
-    const std::vector<TimingSample>& samples,
-    unsigned mask,
-    std::array<double, kCoefs>& x) {
-  std::array<int, kCoefs> cols{};
-  int n = 0;
-  for (int k = 0; k < kCoefs; ++k) {
-    if (mask & (1U << k)) {
-      cols[n++] = k;
-    }
-  }
-  std::array<double, kCoefs> scale{};
-  for (const TimingSample& s : samples) {
-    const auto row = weighted_row(s);
-    for (int i = 0; i < n; ++i) {
-      scale[i] += row[cols[i]] * row[cols[i]];
-    }
-  }
-  for (int i = 0; i < n; ++i) {
-    scale[i] = std::sqrt(scale[i]);
-  }
-  // Augmented normal matrix [A^T A | A^T 1] in scaled columns.
-  double m[kCoefs][kCoefs + 1] = {};
-  for (const TimingSample& s : samples) {
-    const auto row = weighted_row(s);
-    for (int i = 0; i < n; ++i) {
-      const double ri = row[cols[i]] / scale[i];
-      for (int j = 0; j < n; ++j) {
-        m[i][j] += ri * row[cols[j]] / scale[j];
-      }
-      m[i][n] += ri;
-    }
-  }
-  // Gaussian elimination with partial pivoting.
-  for (int c = 0; c < n; ++c) {
-    int piv = c;
-    for (int r = c + 1; r < n; ++r) {
-      if (std::fabs(m[r][c]) > std::fabs(m[piv][c])) {
-        piv = r;
-      }
-    }
-    if (std::fabs(m[piv][c]) < 1e-12) {
-      return false;
-    }
-    for (int j = 0; j <= n; ++j) {
-      std::swap(m[c][j], m[piv][j]);
-    }
-    for (int r = 0; r < n; ++r) {
-      if (r != c) {
-        const double f = m[r][c] / m[c][c];
-        for (int j = c; j <= n; ++j) {
-          m[r][j] -= f * m[c][j];
-        }
-      }
-    }
-  }
-  x = {};
-  for (int i = 0; i < n; ++i) {
-    x[cols[i]] = m[i][n] / m[i][i] / scale[i];
-  }
-  return true;
-}
-
-double squared_relative_error(
-    const std::vector<TimingSample>& samples,
-    const std::array<double, kCoefs>& x) {
-  double sum = 0.0;
-  for (const TimingSample& s : samples) {
-    const auto row = weighted_row(s);
-    const double e =
-        row[0] * x[0] + row[1] * x[1] + row[2] * x[2] + row[3] * x[3] - 1.0;
-    sum += e * e;
-  }
-  return sum;
-}
 
 // "expected samples[i].<expected>, got <got>" unless ok.
 template <typename T>
@@ -138,22 +47,16 @@ QuadraticFit fit_quadratic(const std::vector<TimingSample>& samples) {
         "seconds finite and > 0",
         s.seconds);
   }
-  // Exact NNLS for four unknowns: the optimum has some set of free
-  // coefficients at which the unconstrained fit is feasible.
-  std::array<double, kCoefs> best{};
-  double best_err = std::numeric_limits<double>::infinity();
-  for (unsigned mask = 1; mask < (1U << kCoefs); ++mask) {
-    std::array<double, kCoefs> x{};
-    if (!solve_subset(samples, mask, x) ||
-        std::any_of(x.begin(), x.end(), [](double v) { return v < 0.0; })) {
-      continue;
-    }
-    const double err = squared_relative_error(samples, x);
-    if (err < best_err) {
-      best_err = err;
-      best = x;
-    }
+  // Row [k p^2, k p, k, 1]: a, b, c per frame, then the per-call constant.
+  std::vector<detail::FeatureRow> rows;
+  std::vector<double> seconds;
+  for (const TimingSample& s : samples) {
+    const double p = static_cast<double>(s.patch_rows);
+    const double k = static_cast<double>(s.frames);
+    rows.push_back({k * p * p, k * p, k, 1.0, 0.0});
+    seconds.push_back(s.seconds);
   }
+  const detail::FeatureRow best = detail::nnls_relative(rows, seconds, 4).x;
   QuadraticFit fit;
   fit.model = CostModel::quadratic(best[0], best[1], best[2]);
   fit.per_call = best[3];

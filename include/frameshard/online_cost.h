@@ -1,0 +1,169 @@
+// File: frameshard/online_cost.h
+//
+// cost_alpha: online -- a cost model that learns from the run's own tower
+// times instead of a separate calibration.
+//
+// Each sharded call, every rank times its tower (forward plus backward) and
+// describes its workload by five features: over its frame units of p rows,
+// sum p^2, sum p and the frames; its tower calls; and whether its plan cut
+// frames (1 per split call, for the K/V exchanges' fixed latency). The
+// caller shares every rank's samples (one small all-gather), so every rank
+// records the same numbers in the same order and computes the same fit in
+// float64: the plans stay bitwise identical across ranks without more
+// communication. The fit, by non-negative least squares on relative errors
+// (the calibration's, frameshard/calibrate.h):
+//
+//   seconds = a sum p^2 + b sum p + c frames + per_call calls
+//             + exchange_fixed split_calls,          all coefficients >= 0
+//
+// over a window of recent samples, outliers rejected (a relative residual
+// beyond `outlier_mads` scaled median absolute deviations, and never one
+// under `min_outlier`: a straggling call does not bend it). When it is used:
+//   - never while warming up (the first `warmup_calls` calls plan with the
+//     FLOP model), nor when it explains the window worse than the FLOP model
+//     does at the FLOP model's best seconds-per-unit;
+//   - in place of the FLOP model as soon as it explains the times better
+//     (the FLOP model's seconds are a guess: kAssumedTowerFlops);
+//   - in place of an earlier fit only when it pays: its plan of the latest
+//     batch predicts a slowest rank at least `switch_margin` faster than
+//     the plan in force, both judged by the new fit (the best estimate of
+//     the truth) and by more than `noise_margin` times the new fit's rms
+//     error (a gain within the times' own noise is none), or the fit in
+//     force mispredicts the window by more than
+//     `refit_error` (rms) where the new one does not (a changed dtype or
+//     device: the seconds the mesh's policy compares went stale). Noise
+//     moves a fit a little; the plan moves only when that pays more.
+//
+// Usage (every rank, the same calls in the same order):
+//   frameshard::OnlineCost online(frameshard::flop_fit(flops, latency));
+//   for each step:
+//     plan with online.in_force().model; run; time the tower;
+//     online.record(every_ranks_sample);   // one call's, in rank order
+//     online.update(slowest);              // may switch; online.why()
+//   // at the end: calibration_text(online.in_force().model, ...)
+//
+// Pure: no clock, no communication (the caller times and gathers). An
+// OnlineCost is not thread-safe; the free functions are.
+#pragma once
+
+#include <frameshard/cost.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace frameshard {
+
+/// One rank's workload in one call and the seconds its tower took.
+struct WorkloadSample {
+  double sum_p2 = 0.0;       // sum over its units of p^2
+  double sum_p = 0.0;        // sum over its units of p
+  double frames = 0.0;       // units (frames and frame pieces)
+  double calls = 0.0;        // tower calls (1 for a rank with work)
+  double split_calls = 0.0;  // 1 when its plan cut frames, else 0
+  /// The FLOP model's cost of the same units, in its own units (the window
+  /// term included), to compare the fit against.
+  double flop_cost = 0.0;
+  double seconds = 0.0;  // forward plus backward
+};
+
+/// The sample of one rank's units: their patch rows (each unit p rows).
+WorkloadSample workload_sample(
+    const std::vector<int64_t>& unit_rows,
+    const CostModel& flops,
+    bool split,
+    double seconds);
+
+struct OnlineCostOptions {
+  int64_t window = 64;          // most recent rank samples fitted
+  int64_t warmup_calls = 2;     // calls planned with FLOPs before a fit
+  double outlier_mads = 4.0;    // outlier: beyond this many scaled MADs
+  double min_outlier = 0.05;    // and beyond this relative residual
+  double switch_margin = 0.03;  // a new fit's plan must gain this much,
+  double noise_margin = 1.0;    // and this many times the fit's rms error
+  double refit_error = 0.25;    // or the fit in force be this wrong (rms)
+};
+
+/// A fitted model in seconds, or the FLOP model it starts from.
+struct WorkloadFit {
+  CostModel model;                  // a, b, c per unit (seconds when fitted)
+  double per_call = 0.0;            // seconds per tower call
+  double exchange_fixed = 0.0;      // seconds a split call adds (cost units)
+  bool fitted = false;              // false: the FLOP model (flop_fit)
+  double rms_relative_error = 0.0;  // on the samples it was fitted to
+  /// The FLOP model on the same samples, at its best seconds per unit.
+  double flop_rms_relative_error = 0.0;
+  double flop_seconds_per_unit = 0.0;
+  int64_t used = 0;      // samples fitted
+  int64_t rejected = 0;  // outliers left out
+
+  /// Predicted seconds of a sample (the FLOP model: flop_cost times its
+  /// seconds per unit).
+  double predict(const WorkloadSample& s) const;
+  /// "online: a=.. b=.. c=.. per_call=.. split=.. s (rms 2.1 %, FLOPs
+  /// 14.0 %, 48 samples, 1 rejected)", or the FLOP model's label.
+  std::string describe() const;
+};
+
+/// The FLOP model as the starting point: `flops` (its seconds_per_unit, 0
+/// taken as kAssumedTowerFlops' unit) and the split latency in its units.
+WorkloadFit flop_fit(const CostModel& flops, double exchange_fixed);
+
+/// Fits the model of the banner to `samples` (at least one; every seconds
+/// finite and > 0, every feature finite and >= 0), rejecting outliers.
+/// Throws frameshard::Error naming the sample and field.
+WorkloadFit fit_workloads(
+    const std::vector<WorkloadSample>& samples,
+    const OnlineCostOptions& options = {});
+
+class OnlineCost {
+ public:
+  /// slowest(plan_with, judge): the caller plans its latest batch with
+  /// plan_with and returns the slowest rank's seconds as judge predicts it.
+  using Slowest = std::function<double(
+      const WorkloadFit& plan_with, const WorkloadFit& judge)>;
+
+  explicit OnlineCost(WorkloadFit start, OnlineCostOptions options = {});
+
+  /// Records one call: every rank's sample, in rank order. Throws
+  /// frameshard::Error for an empty call or a bad sample.
+  void record(const std::vector<WorkloadSample>& call);
+  /// Fits the window and switches the model in force when the banner's
+  /// rules say so; true on a switch. why() says what it decided.
+  bool update(const Slowest& slowest);
+
+  const WorkloadFit& in_force() const {
+    return in_force_;
+  }
+  const WorkloadFit& candidate() const {
+    return candidate_;
+  }
+  const std::string& why() const {
+    return why_;
+  }
+  int64_t calls() const {
+    return calls_;
+  }
+  int64_t switches() const {
+    return switches_;
+  }
+  const std::deque<WorkloadSample>& window() const {
+    return window_;
+  }
+
+ private:
+  /// The in-force model's rms relative error on the window.
+  double window_error(const WorkloadFit& fit) const;
+
+  OnlineCostOptions options_;
+  WorkloadFit in_force_;
+  WorkloadFit candidate_;
+  std::deque<WorkloadSample> window_;
+  std::string why_ = "warming up";
+  int64_t calls_ = 0;
+  int64_t switches_ = 0;
+};
+
+}  // namespace frameshard

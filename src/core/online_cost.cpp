@@ -1,0 +1,284 @@
+// The online cost model (frameshard/online_cost.h): the window's fit with
+// outliers rejected, and the rules that decide when it replaces the model
+// in force.
+#include <frameshard/error.h>
+#include <frameshard/online_cost.h>
+#include "core/nnls.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+namespace frameshard {
+
+namespace {
+
+detail::FeatureRow features(const WorkloadSample& s) {
+  return {s.sum_p2, s.sum_p, s.frames, s.calls, s.split_calls};
+}
+
+void check_samples(const char* fn, const std::vector<WorkloadSample>& samples) {
+  FRAMESHARD_CHECK(
+      !samples.empty(), fn, "expected at least one sample, got none");
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const WorkloadSample& s = samples[i];
+    FRAMESHARD_CHECK(
+        std::isfinite(s.seconds) && s.seconds > 0.0,
+        fn,
+        "expected samples[",
+        i,
+        "].seconds finite and > 0, got ",
+        s.seconds);
+    const std::pair<const char*, double> named[] = {
+        {"sum_p2", s.sum_p2},
+        {"sum_p", s.sum_p},
+        {"frames", s.frames},
+        {"calls", s.calls},
+        {"split_calls", s.split_calls},
+        {"flop_cost", s.flop_cost}};
+    for (const auto& [name, v] : named) {
+      FRAMESHARD_CHECK(
+          std::isfinite(v) && v >= 0.0,
+          fn,
+          "expected samples[",
+          i,
+          "].",
+          name,
+          " finite and >= 0, got ",
+          v);
+    }
+  }
+}
+
+double rms_error(
+    const std::vector<WorkloadSample>& samples, const WorkloadFit& fit) {
+  double sum = 0.0;
+  for (const WorkloadSample& s : samples) {
+    const double e = fit.predict(s) / s.seconds - 1.0;
+    sum += e * e;
+  }
+  return std::sqrt(sum / static_cast<double>(samples.size()));
+}
+
+// The NNLS fit of `samples` (checked, non-empty) as a WorkloadFit.
+WorkloadFit fit_once(const std::vector<WorkloadSample>& samples) {
+  std::vector<detail::FeatureRow> rows;
+  std::vector<double> seconds;
+  for (const WorkloadSample& s : samples) {
+    rows.push_back(features(s));
+    seconds.push_back(s.seconds);
+  }
+  const detail::FeatureRow x =
+      detail::nnls_relative(rows, seconds, detail::kMaxFeatures).x;
+  WorkloadFit fit;
+  fit.model = CostModel::quadratic(x[0], x[1], x[2]);
+  fit.per_call = x[3];
+  fit.exchange_fixed = x[4];
+  fit.fitted = true;
+  fit.used = static_cast<int64_t>(samples.size());
+  fit.rms_relative_error = rms_error(samples, fit);
+  return fit;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The FLOP model's best seconds per unit on `samples` (least squares on
+// relative errors: sum (s f / t - 1)^2) and its rms relative error there.
+std::pair<double, double> flop_scale(
+    const std::vector<WorkloadSample>& samples) {
+  double num = 0.0, den = 0.0;
+  for (const WorkloadSample& s : samples) {
+    const double r = s.flop_cost / s.seconds;
+    num += r;
+    den += r * r;
+  }
+  const double scale = den > 0.0 ? num / den : 0.0;
+  double sum = 0.0;
+  for (const WorkloadSample& s : samples) {
+    const double e = scale * s.flop_cost / s.seconds - 1.0;
+    sum += e * e;
+  }
+  return {scale, std::sqrt(sum / static_cast<double>(samples.size()))};
+}
+
+std::string percent(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %%", 100.0 * v);
+  return buf;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+}  // namespace
+
+WorkloadSample workload_sample(
+    const std::vector<int64_t>& unit_rows,
+    const CostModel& flops,
+    bool split,
+    double seconds) {
+  WorkloadSample s;
+  for (const int64_t p : unit_rows) {
+    const double d = static_cast<double>(p);
+    s.sum_p2 += d * d;
+    s.sum_p += d;
+    s.frames += 1.0;
+    s.flop_cost += flops(p);
+  }
+  s.calls = unit_rows.empty() ? 0.0 : 1.0;
+  s.split_calls = split ? 1.0 : 0.0;
+  s.seconds = seconds;
+  return s;
+}
+
+double WorkloadFit::predict(const WorkloadSample& s) const {
+  if (!fitted) {
+    return (s.flop_cost + exchange_fixed * s.split_calls) *
+           flop_seconds_per_unit;
+  }
+  return model.a * s.sum_p2 + model.b * s.sum_p + model.c * s.frames +
+         per_call * s.calls + exchange_fixed * s.split_calls;
+}
+
+std::string WorkloadFit::describe() const {
+  if (!fitted) {
+    return model.label;
+  }
+  return "online: a=" + number(model.a) + " b=" + number(model.b) +
+         " c=" + number(model.c) + " per_call=" + number(per_call) +
+         " split=" + number(exchange_fixed) + " s (rms " +
+         percent(rms_relative_error) + ", FLOPs " +
+         percent(flop_rms_relative_error) + ", " + std::to_string(used) +
+         " samples, " + std::to_string(rejected) + " rejected)";
+}
+
+WorkloadFit flop_fit(const CostModel& flops, double exchange_fixed) {
+  WorkloadFit fit;
+  fit.model = flops;
+  fit.exchange_fixed = exchange_fixed;
+  fit.flop_seconds_per_unit = flops.seconds_per_unit;
+  return fit;
+}
+
+WorkloadFit fit_workloads(
+    const std::vector<WorkloadSample>& samples,
+    const OnlineCostOptions& options) {
+  check_samples("fit_workloads", samples);
+  WorkloadFit fit = fit_once(samples);
+  // Outliers: residuals far from the median residual, in robust units.
+  std::vector<double> residuals;
+  residuals.reserve(samples.size());
+  for (const WorkloadSample& s : samples) {
+    residuals.push_back(fit.predict(s) / s.seconds - 1.0);
+  }
+  const double mid = median(residuals);
+  std::vector<double> spread;
+  spread.reserve(residuals.size());
+  for (const double r : residuals) {
+    spread.push_back(std::fabs(r - mid));
+  }
+  const double limit = std::max(
+      options.min_outlier, options.outlier_mads * 1.4826 * median(spread));
+  std::vector<WorkloadSample> kept;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (spread[i] <= limit) {
+      kept.push_back(samples[i]);
+    }
+  }
+  if (!kept.empty() && kept.size() < samples.size()) {
+    fit = fit_once(kept);
+  }
+  fit.rejected = static_cast<int64_t>(samples.size() - kept.size());
+  const auto [scale, flop_rms] = flop_scale(kept.empty() ? samples : kept);
+  fit.flop_seconds_per_unit = scale;
+  fit.flop_rms_relative_error = flop_rms;
+  fit.model.seconds_per_unit = 1.0;
+  fit.model.label = fit.describe();
+  return fit;
+}
+
+OnlineCost::OnlineCost(WorkloadFit start, OnlineCostOptions options)
+    : options_(options), in_force_(std::move(start)), candidate_(in_force_) {
+  FRAMESHARD_CHECK(
+      options_.window >= 1,
+      "OnlineCost",
+      "expected options.window >= 1, got ",
+      options_.window);
+  FRAMESHARD_CHECK(
+      options_.noise_margin >= 0.0,
+      "OnlineCost",
+      "expected options.noise_margin >= 0, got ",
+      options_.noise_margin);
+  FRAMESHARD_CHECK(
+      options_.switch_margin >= 0.0 && options_.switch_margin < 1.0,
+      "OnlineCost",
+      "expected options.switch_margin in [0, 1), got ",
+      options_.switch_margin);
+}
+
+void OnlineCost::record(const std::vector<WorkloadSample>& call) {
+  check_samples("OnlineCost::record", call);
+  for (const WorkloadSample& s : call) {
+    window_.push_back(s);
+  }
+  while (static_cast<int64_t>(window_.size()) > options_.window) {
+    window_.pop_front();
+  }
+  ++calls_;
+}
+
+double OnlineCost::window_error(const WorkloadFit& fit) const {
+  return rms_error({window_.begin(), window_.end()}, fit);
+}
+
+bool OnlineCost::update(const Slowest& slowest) {
+  if (calls_ < options_.warmup_calls || window_.empty()) {
+    why_ = "warming up (" + std::to_string(calls_) + " of " +
+           std::to_string(options_.warmup_calls) + " calls)";
+    return false;
+  }
+  candidate_ = fit_workloads({window_.begin(), window_.end()}, options_);
+  const double fit_error = candidate_.rms_relative_error;
+  if (fit_error >= candidate_.flop_rms_relative_error) {
+    why_ = "kept " + std::string(in_force_.fitted ? "the fit" : "FLOPs") +
+           ": the fit explains the times worse than FLOPs (rms " +
+           percent(fit_error) +
+           " >= " + percent(candidate_.flop_rms_relative_error) + ")";
+    return false;
+  }
+  const double stale = window_error(in_force_);
+  bool take = !in_force_.fitted;
+  std::string reason = "it explains the times better than FLOPs";
+  if (!take && stale > options_.refit_error && fit_error < stale) {
+    take = true;
+    reason =
+        "the fit in force mispredicts the window (rms " + percent(stale) + ")";
+  }
+  if (!take) {
+    const double now = slowest(in_force_, candidate_);
+    const double next = slowest(candidate_, candidate_);
+    const double gain = now > 0.0 ? 1.0 - next / now : 0.0;
+    // A gain within the times' own noise (the fit's error) is no gain.
+    const double needed =
+        std::max(options_.switch_margin, options_.noise_margin * fit_error);
+    take = gain > needed;
+    reason = "its plan's slowest rank gains " + percent(gain) +
+             (take ? " > " : " <= ") + percent(needed);
+  }
+  why_ = (take ? "switched: " : "kept the fit in force: ") + reason;
+  if (take) {
+    in_force_ = candidate_;
+    ++switches_;
+  }
+  return take;
+}
+
+}  // namespace frameshard

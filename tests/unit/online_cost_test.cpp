@@ -1,0 +1,277 @@
+// The online cost model (frameshard/online_cost.h): the workload fit, its
+// outlier rejection, and when a fit replaces the model in force -- FLOPs
+// while warming up, never a fit worse than FLOPs, no oscillation on noise.
+#include <frameshard/cost.h>
+#include <frameshard/online_cost.h>
+#include <frameshard/partition.h>
+#include <frameshard/splitmix64.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "testing/expect_error.h"
+
+namespace frameshard {
+namespace {
+
+using testing::error_of;
+using testing::expect_contains;
+
+// The machine's truth: seconds of one rank's units.
+struct Truth {
+  double a = 2e-9, b = 3e-7, c = 4e-4, per_call = 2e-3, split = 1e-3;
+  double scale = 1.0;  // a slower device multiplies everything
+  double seconds(const WorkloadSample& s) const {
+    return scale * (a * s.sum_p2 + b * s.sum_p + c * s.frames +
+                    per_call * s.calls + split * s.split_calls);
+  }
+};
+
+const CostModel& flops() {
+  static const CostModel m = flop_cost_model(tower_preset("qwen3-vl"));
+  return m;
+}
+
+WorkloadSample sample_of(const std::vector<int64_t>& rows, bool split) {
+  return workload_sample(rows, flops(), split, 1.0);
+}
+
+// A random rank workload of 1-6 frames of 64-4096 rows.
+std::vector<int64_t> random_units(SplitMix64& rng) {
+  std::vector<int64_t> rows(1 + rng.below(6));
+  for (int64_t& p : rows) {
+    p = 64 * static_cast<int64_t>(1 + rng.below(64));
+  }
+  return rows;
+}
+
+std::vector<WorkloadSample> exact_samples(const Truth& truth, int n) {
+  SplitMix64 rng(7);
+  std::vector<WorkloadSample> out;
+  for (int i = 0; i < n; ++i) {
+    WorkloadSample s = sample_of(random_units(rng), i % 3 == 0);
+    s.seconds = truth.seconds(s);
+    out.push_back(s);
+  }
+  return out;
+}
+
+// One batch planned with `plan_with` over `world` ranks: each rank's units.
+std::vector<std::vector<int64_t>> plan_batch(
+    const std::vector<int64_t>& batch,
+    const WorkloadFit& plan_with,
+    int64_t world) {
+  std::vector<double> costs;
+  for (const int64_t p : batch) {
+    costs.push_back(plan_with.model(p));
+  }
+  const Partition part = partition_costs(costs, world);
+  std::vector<std::vector<int64_t>> ranks(world);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    ranks[part.assignment[i]].push_back(batch[i]);
+  }
+  return ranks;
+}
+
+OnlineCost::Slowest slowest_of(
+    const std::vector<int64_t>& batch, int64_t world) {
+  return
+      [batch, world](const WorkloadFit& plan_with, const WorkloadFit& judge) {
+        double worst = 0.0;
+        for (const auto& units : plan_batch(batch, plan_with, world)) {
+          worst = std::max(worst, judge.predict(sample_of(units, false)));
+        }
+        return worst;
+      };
+}
+
+// Runs `calls` calls of `batch` at `world` ranks, each rank's time the
+// truth times (1 + noise * uniform[-1, 1]); returns the number of calls
+// whose plan differed from the previous call's once a fit was in force.
+int run_calls(
+    OnlineCost& online,
+    const std::vector<int64_t>& batch,
+    int64_t world,
+    const Truth& truth,
+    double noise,
+    int calls,
+    uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<std::vector<int64_t>> previous;
+  int changes = 0;
+  for (int i = 0; i < calls; ++i) {
+    const auto plan = plan_batch(batch, online.in_force(), world);
+    if (online.in_force().fitted) {
+      changes += !previous.empty() && plan != previous;
+      previous = plan;
+    }
+    std::vector<WorkloadSample> call;
+    for (const auto& units : plan) {
+      WorkloadSample s = sample_of(units, false);
+      const double u = static_cast<double>(rng.below(1 << 20)) / (1 << 20);
+      s.seconds = truth.seconds(s) * (1.0 + noise * (2.0 * u - 1.0));
+      call.push_back(s);
+    }
+    online.record(call);
+    online.update(slowest_of(batch, world));
+  }
+  return changes;
+}
+
+// A large image, then pages: whether a page goes with the image or not
+// depends on how a page's cost compares with the image's, which a fit
+// moved by noise changes (the cut's two choices are 3 % apart).
+std::vector<int64_t> tied_batch() {
+  std::vector<int64_t> batch = {4096};
+  batch.insert(batch.end(), 25, 1024);
+  return batch;
+}
+
+TEST(FitWorkloads, RecoversEveryCoefficientFromExactTimes) {
+  const Truth truth;
+  const WorkloadFit fit = fit_workloads(exact_samples(truth, 40));
+  EXPECT_NEAR(fit.model.a / truth.a, 1.0, 1e-6);
+  EXPECT_NEAR(fit.model.b / truth.b, 1.0, 1e-6);
+  EXPECT_NEAR(fit.model.c / truth.c, 1.0, 1e-6);
+  EXPECT_NEAR(fit.per_call / truth.per_call, 1.0, 1e-6);
+  EXPECT_NEAR(fit.exchange_fixed / truth.split, 1.0, 1e-6);
+  EXPECT_LT(fit.rms_relative_error, 1e-9);
+  EXPECT_EQ(fit.rejected, 0);
+  EXPECT_TRUE(fit.fitted);
+  EXPECT_EQ(fit.model.seconds_per_unit, 1.0);
+  expect_contains(fit.describe(), "online: a=2e-09");
+}
+
+TEST(FitWorkloads, RejectsAStragglingCallAndStillRecoversTheModel) {
+  const Truth truth;
+  std::vector<WorkloadSample> samples = exact_samples(truth, 40);
+  samples[11].seconds *= 5.0;  // a call the machine stalled
+  const WorkloadFit fit = fit_workloads(samples);
+  EXPECT_EQ(fit.rejected, 1);
+  EXPECT_NEAR(fit.model.a / truth.a, 1.0, 1e-6);
+  EXPECT_NEAR(fit.per_call / truth.per_call, 1.0, 1e-6);
+  // Without the rejection the straggler bends the fit.
+  OnlineCostOptions keep_all;
+  keep_all.min_outlier = 1e9;
+  EXPECT_GT(
+      std::fabs(fit_workloads(samples, keep_all).model.a / truth.a - 1.0),
+      0.01);
+}
+
+TEST(FitWorkloads, NamesTheSampleAndFieldOfBadInput) {
+  std::vector<WorkloadSample> samples = exact_samples(Truth{}, 3);
+  samples[1].seconds = 0.0;
+  expect_contains(
+      error_of([&] { fit_workloads(samples); }),
+      "frameshard::fit_workloads: expected samples[1].seconds finite and > 0, "
+      "got 0");
+  samples[1].seconds = 1.0;
+  samples[2].frames = -1.0;
+  expect_contains(
+      error_of([&] { fit_workloads(samples); }),
+      "expected samples[2].frames finite and >= 0, got -1");
+  expect_contains(
+      error_of([&] { fit_workloads({}); }),
+      "expected at least one sample, got none");
+  OnlineCostOptions bad;
+  bad.window = 0;
+  expect_contains(
+      error_of([&] { OnlineCost(flop_fit(flops(), 0.0), bad); }),
+      "frameshard::OnlineCost: expected options.window >= 1, got 0");
+}
+
+TEST(OnlineCost, PlansWithFlopsWhileWarmingUpThenTakesABetterFit) {
+  OnlineCost online(flop_fit(flops(), 0.0));
+  const std::vector<int64_t> batch = tied_batch();
+  run_calls(online, batch, 4, Truth{}, 0.0, 1, 1);
+  EXPECT_FALSE(online.in_force().fitted);
+  expect_contains(online.why(), "warming up (1 of 2 calls)");
+  run_calls(online, batch, 4, Truth{}, 0.0, 1, 2);
+  ASSERT_TRUE(online.in_force().fitted) << online.why();
+  expect_contains(
+      online.why(), "switched: it explains the times better than FLOPs");
+  EXPECT_EQ(online.switches(), 1);
+  // Its seconds are the machine's, where FLOPs' are a guess.
+  for (const WorkloadSample& s : online.window()) {
+    EXPECT_NEAR(online.in_force().predict(s) / s.seconds, 1.0, 1e-6);
+  }
+}
+
+TEST(OnlineCost, KeepsFlopsWhenTheFitExplainsTheTimesWorse) {
+  // A window-attention tower's times follow its FLOPs exactly; the fit has
+  // no p * min(p, window) term, so it explains them worse and is not used.
+  const CostModel windowed = flop_cost_model(tower_preset("qwen2.5-vl"));
+  ASSERT_GT(windowed.window_coef, 0.0);
+  OnlineCost online(flop_fit(windowed, 0.0));
+  SplitMix64 rng(3);
+  for (int i = 0; i < 8; ++i) {
+    std::vector<WorkloadSample> call;
+    for (int r = 0; r < 4; ++r) {
+      std::vector<int64_t> rows = random_units(rng);
+      rows.push_back(16 * (1 + r));  // frames under the window: p * p
+      WorkloadSample s = workload_sample(rows, windowed, false, 1.0);
+      s.seconds = 1e-12 * s.flop_cost;
+      call.push_back(s);
+    }
+    online.record(call);
+    online.update(slowest_of(tied_batch(), 4));
+  }
+  EXPECT_FALSE(online.in_force().fitted);
+  expect_contains(online.why(), "the fit explains the times worse than FLOPs");
+}
+
+TEST(OnlineCost, NoiseAloneDoesNotMakeThePlansOscillate) {
+  // The same batch, call after call, on a machine whose times wander 10 %:
+  // once a fit is in force the plan stays put (1 change in 5 x 60 calls).
+  for (const uint64_t seed : {11u, 12u, 13u, 14u, 15u}) {
+    OnlineCost online(flop_fit(flops(), 0.0));
+    const int changes =
+        run_calls(online, tied_batch(), 2, Truth{}, 0.10, 60, seed);
+    EXPECT_LE(online.switches(), 2) << "seed " << seed << ": " << online.why();
+    EXPECT_LE(changes, 1) << "seed " << seed;
+  }
+}
+
+TEST(OnlineCost, WithoutTheMarginTheSameNoiseMovesThePlan) {
+  // The test above could not fail if noise never moved a fit: it does.
+  int changes = 0;
+  for (const uint64_t seed : {11u, 12u, 13u, 14u, 15u}) {
+    OnlineCostOptions eager;
+    eager.switch_margin = 0.0;
+    eager.noise_margin = 0.0;
+    OnlineCost online(flop_fit(flops(), 0.0), eager);
+    changes += run_calls(online, tied_batch(), 2, Truth{}, 0.10, 60, seed);
+  }
+  EXPECT_GE(changes, 10);  // 21 here, against 1 in all with the margins
+}
+
+TEST(OnlineCost, RefitsWhenTheMachineBecomesSlower) {
+  OnlineCost online(flop_fit(flops(), 0.0));
+  Truth truth;
+  run_calls(online, tied_batch(), 4, truth, 0.0, 4, 5);
+  ASSERT_TRUE(online.in_force().fitted);
+  truth.scale = 3.0;  // another dtype, a checkpointed tower, a slower card
+  run_calls(online, tied_batch(), 4, truth, 0.0, 20, 6);
+  for (const WorkloadSample& s : online.window()) {
+    EXPECT_NEAR(online.in_force().predict(s) / s.seconds, 1.0, 1e-6)
+        << online.why();
+  }
+}
+
+TEST(OnlineCost, EqualSamplesGiveBitwiseEqualModels) {
+  OnlineCost one(flop_fit(flops(), 0.0)), two(flop_fit(flops(), 0.0));
+  run_calls(one, tied_batch(), 4, Truth{}, 0.1, 10, 21);
+  run_calls(two, tied_batch(), 4, Truth{}, 0.1, 10, 21);
+  EXPECT_EQ(one.in_force().model.a, two.in_force().model.a);
+  EXPECT_EQ(one.in_force().model.b, two.in_force().model.b);
+  EXPECT_EQ(one.in_force().per_call, two.in_force().per_call);
+  EXPECT_EQ(one.why(), two.why());
+}
+
+}  // namespace
+}  // namespace frameshard
