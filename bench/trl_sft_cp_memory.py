@@ -2,7 +2,8 @@
 with frameshard's CP (frameshard.integrations.trl.enable(trainer, config, cp_size=C)).
 
     PYTHONPATH=build/python-dev .venv/bin/python bench/trl_sft_cp_memory.py \\
-        [--cps 1,2,4] [--pages 16] [--text 12000] [--hidden 512] [--layers 4] [--steps 2] [--checkpointing]
+        [--cps 1,2,4] [--pages 16] [--text 12000] [--hidden 512] [--layers 4] [--steps 2] [--checkpointing] \\
+        [--mmap-threshold MIB]
 
 The sample: one conversation of `--pages` page images (128 x 128 pixels: 1024 patch rows, 256
 visual tokens each on the tiny Qwen2-VL's patch 4 and merge 2) and `--text` characters (one token
@@ -10,8 +11,16 @@ each), about 16.4K tokens by default. The model: examples/python/trl_grpo.py's t
 its language model scaled to `--hidden` / `--layers` (2 heads, ffn 2.75 x hidden). For each CP
 size, C spawned Gloo processes (one thread each) train `--steps` steps of that one sample (dp 1).
 Per run: the largest rank's peak RSS (the process's VmHWM), its RSS before training and the
-difference (what training added: activations, gradients, temporaries), and the mean step time
-(steps after the first), each also as a ratio of CP 1's.
+difference (what training added: activations, gradients, temporaries), the peak of the bytes
+malloc has handed out and not had back ("live": glibc's mallinfo2, sampled every 2 ms during
+training: the memory the run needs, whatever the allocator keeps), and the mean step time (steps
+after the first), each also as a ratio of CP 1's.
+
+Why both: glibc raises its mmap threshold (up to 32 MiB) as large blocks are freed, so the blocks
+under it come from the heap, where a freed hole is not given back to the system. At CP 2 and 4
+the per-rank activations (8K x 1024 floats: 32 MiB) fall under it, at CP 1 not; the resident peak
+then exceeds the live one by the heap's holes. `--mmap-threshold MIB` sets MALLOC_MMAP_THRESHOLD_
+in the ranks (a fixed threshold: larger blocks are always mapped and unmapped on free).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,6 +43,39 @@ def _rss_mib(field: str) -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+class _LivePeak:
+    """The peak of malloc's live bytes (in-use heap chunks plus mapped blocks), sampled."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        class Info(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks "
+                        "uordblks fordblks keepcost".split()]  # fmt: skip
+
+        self.mallinfo2_ = ctypes.CDLL("libc.so.6").mallinfo2
+        self.mallinfo2_.restype = Info
+        self.peak_, self.stop_ = 0.0, threading.Event()
+        self.thread_ = threading.Thread(target=self._run, daemon=True)
+
+    def now(self) -> float:
+        info = self.mallinfo2_()
+        return (info.uordblks + info.hblkhd) / 2**20
+
+    def _run(self) -> None:
+        while not self.stop_.wait(0.002):
+            self.peak_ = max(self.peak_, self.now())
+
+    def __enter__(self) -> _LivePeak:
+        self.peak_ = self.now()
+        self.thread_.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_.set()
+        self.thread_.join()
 
 
 def _sample(pages: int, text: int):
@@ -106,12 +149,15 @@ def rank_main(args: argparse.Namespace) -> None:
     })())  # fmt: skip
     before = _rss_mib("VmRSS")
     saved = _saved_mib(trainer) if args.saved else float("nan")
-    if not args.saved:
-        trainer.train()
+    with _LivePeak() as live:
+        if not args.saved:
+            trainer.train()
     peak = _rss_mib("VmHWM")
     tokens = int(trainer.state.log_history[0].get("num_tokens", 0)) if trainer.state.log_history else 0
     steps = [b - a for a, b in zip(times[0::2], times[1::2], strict=True)]
-    record = dict(rank=args.rank, before=before, peak=peak, tokens=tokens, steps=steps or [0.0], saved=saved)
+    record = dict(
+        rank=args.rank, before=before, peak=peak, live=live.peak_, tokens=tokens, steps=steps or [0.0], saved=saved
+    )
     with open(os.path.join(args.out, "rank%d.json" % args.rank), "w") as f:
         json.dump(record, f)
     fs_trl.disable(trainer)
@@ -125,6 +171,8 @@ def run(cp: int, args: argparse.Namespace) -> dict:
         extra += ["--layers", str(args.layers), "--steps", str(args.steps)]
         extra += (["--checkpointing"] if args.checkpointing else []) + (["--saved"] if args.saved else [])
         env = dict(os.environ, OMP_NUM_THREADS="1")
+        if args.mmap_threshold is not None:
+            env["MALLOC_MMAP_THRESHOLD_"] = str(int(args.mmap_threshold * 2**20))
         command = [sys.executable, __file__, "--cp", str(cp), "--port", str(port), "--out", out, *extra]
         procs = [
             subprocess.Popen(
@@ -145,6 +193,7 @@ def run(cp: int, args: argparse.Namespace) -> dict:
     top = max(ranks, key=lambda x: x["peak"])
     later = [max(r["steps"][i] for r in ranks) for i in range(1, len(ranks[0]["steps"]))] or ranks[0]["steps"]
     return dict(cp=cp, tokens=top["tokens"], peak=top["peak"], before=top["before"],
+                live=max(r["live"] for r in ranks),
                 added=top["peak"] - top["before"], step=sum(later) / len(later),
                 saved=max(r["saved"] for r in ranks))  # fmt: skip
 
@@ -159,6 +208,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing (SFTConfig's default)")
     parser.add_argument("--saved", action="store_true", help="one forward: the MiB autograd saves, no training")
+    parser.add_argument("--mmap-threshold", type=float, help="MALLOC_MMAP_THRESHOLD_ in MiB (glibc: dynamic)")
     parser.add_argument("--json")
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cp", type=int, help=argparse.SUPPRESS)
@@ -174,12 +224,12 @@ def main() -> None:
         for r in rows:
             print("| %d | %.0f | %.3f |" % (r["cp"], r["saved"], r["saved"] / base["saved"]))
     else:
-        print("| CP | tokens | peak MiB (largest rank) | ratio | added by training MiB | ratio | step s | ratio |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| CP | tokens | peak MiB (largest rank) | ratio | added by training MiB | ratio | live peak MiB | ratio "
+              "| step s | ratio |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
         for r in rows:
-            print("| %d | %d | %.0f | %.3f | %.0f | %.3f | %.2f | %.3f |" % (
+            print("| %d | %d | %.0f | %.3f | %.0f | %.3f | %.0f | %.3f | %.2f | %.3f |" % (
                 r["cp"], r["tokens"], r["peak"], r["peak"] / base["peak"], r["added"], r["added"] / base["added"],
-                r["step"], r["step"] / base["step"]))  # fmt: skip
+                r["live"], r["live"] / base["live"], r["step"], r["step"] / base["step"]))  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
