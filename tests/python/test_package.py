@@ -241,10 +241,11 @@ def test_gil_released_while_collectives_wait(world_results):
     world, per_rank = scenario(world_results, "gil")
     # The first rank waited ~0.5 s in each call while a Python thread counted: it ran for most of
     # that time with the GIL released (measured 0.48-0.50 s), and only between Python statements with
-    # the GIL held (measured 0.004-0.013 s with the releases removed from bindings.cpp).
+    # the GIL held (measured 0.004-0.013 s with the releases removed from bindings.cpp). Under CI's
+    # load the thread got as little as 0.19 s of a 0.61 s call: the bound sits between the two.
     for name, res in per_rank[0]["during_call"].items():
         assert res["call_s"] > 0.4, (name, res)
-        assert res["thread_ran_s"] > 0.2, (name, res)
+        assert res["thread_ran_s"] > 0.08, (name, res)
 
 
 @pytest.mark.parametrize("family", hf_models.FAMILIES)
