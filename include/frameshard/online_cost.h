@@ -154,9 +154,6 @@ class OnlineCost {
   }
 
  private:
-  /// The in-force model's rms relative error on the window.
-  double window_error(const WorkloadFit& fit) const;
-
   OnlineCostOptions options_;
   WorkloadFit in_force_;
   WorkloadFit candidate_;

@@ -87,23 +87,19 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// The FLOP model's best seconds per unit on `samples` (least squares on
-// relative errors: sum (s f / t - 1)^2) and its rms relative error there.
-std::pair<double, double> flop_scale(
-    const std::vector<WorkloadSample>& samples) {
+// The FLOP model at its best seconds per unit on `samples` (least squares on
+// relative errors: sum (s f / t - 1)^2 is least at s = sum(f/t) /
+// sum((f/t)^2)).
+WorkloadFit scaled_flops(const std::vector<WorkloadSample>& samples) {
   double num = 0.0, den = 0.0;
   for (const WorkloadSample& s : samples) {
     const double r = s.flop_cost / s.seconds;
     num += r;
     den += r * r;
   }
-  const double scale = den > 0.0 ? num / den : 0.0;
-  double sum = 0.0;
-  for (const WorkloadSample& s : samples) {
-    const double e = scale * s.flop_cost / s.seconds - 1.0;
-    sum += e * e;
-  }
-  return {scale, std::sqrt(sum / static_cast<double>(samples.size()))};
+  WorkloadFit flops;
+  flops.flop_seconds_per_unit = den > 0.0 ? num / den : 0.0;
+  return flops;
 }
 
 std::string percent(double v) {
@@ -197,9 +193,10 @@ WorkloadFit fit_workloads(
     fit = fit_once(kept);
   }
   fit.rejected = static_cast<int64_t>(samples.size() - kept.size());
-  const auto [scale, flop_rms] = flop_scale(kept.empty() ? samples : kept);
-  fit.flop_seconds_per_unit = scale;
-  fit.flop_rms_relative_error = flop_rms;
+  const std::vector<WorkloadSample>& judged = kept.empty() ? samples : kept;
+  const WorkloadFit flops = scaled_flops(judged);
+  fit.flop_seconds_per_unit = flops.flop_seconds_per_unit;
+  fit.flop_rms_relative_error = rms_error(judged, flops);
   fit.model.seconds_per_unit = 1.0;
   fit.model.label = fit.describe();
   return fit;
@@ -235,17 +232,14 @@ void OnlineCost::record(const std::vector<WorkloadSample>& call) {
   ++calls_;
 }
 
-double OnlineCost::window_error(const WorkloadFit& fit) const {
-  return rms_error({window_.begin(), window_.end()}, fit);
-}
-
 bool OnlineCost::update(const Slowest& slowest) {
   if (calls_ < options_.warmup_calls || window_.empty()) {
     why_ = "warming up (" + std::to_string(calls_) + " of " +
            std::to_string(options_.warmup_calls) + " calls)";
     return false;
   }
-  candidate_ = fit_workloads({window_.begin(), window_.end()}, options_);
+  const std::vector<WorkloadSample> window(window_.begin(), window_.end());
+  candidate_ = fit_workloads(window, options_);
   const double fit_error = candidate_.rms_relative_error;
   if (fit_error >= candidate_.flop_rms_relative_error) {
     why_ = "kept " + std::string(in_force_.fitted ? "the fit" : "FLOPs") +
@@ -254,13 +248,15 @@ bool OnlineCost::update(const Slowest& slowest) {
            " >= " + percent(candidate_.flop_rms_relative_error) + ")";
     return false;
   }
-  const double stale = window_error(in_force_);
   bool take = !in_force_.fitted;
   std::string reason = "it explains the times better than FLOPs";
-  if (!take && stale > options_.refit_error && fit_error < stale) {
-    take = true;
-    reason =
-        "the fit in force mispredicts the window (rms " + percent(stale) + ")";
+  if (!take) {
+    const double stale = rms_error(window, in_force_);
+    if (stale > options_.refit_error && fit_error < stale) {
+      take = true;
+      reason = "the fit in force mispredicts the window (rms " +
+               percent(stale) + ")";
+    }
   }
   if (!take) {
     const double now = slowest(in_force_, candidate_);
