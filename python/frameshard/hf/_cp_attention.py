@@ -56,10 +56,10 @@ class _Run(torch.autograd.Function):
         grad = grad.contiguous()
         backward = _aten._scaled_dot_product_flash_attention_for_cpu_backward
         dq, dk, dv = backward(grad, q, k_diag, v_diag, out, lse, 0.0, True, scale=ctx.scale)
-        dk_p, dv_p = torch.zeros_like(k_prefix), torch.zeros_like(v_prefix)
-        if k_prefix.shape[2]:
-            dq_p, dk_p, dv_p = backward(grad, q, k_prefix, v_prefix, out, lse, 0.0, False, scale=ctx.scale)
-            dq = dq + dq_p
+        if not k_prefix.shape[2]:  # the first run: no prefix, its gradients are empty
+            return dq, torch.zeros_like(k_prefix), torch.zeros_like(v_prefix), dk, dv, None
+        dq_p, dk_p, dv_p = backward(grad, q, k_prefix, v_prefix, out, lse, 0.0, False, scale=ctx.scale)
+        dq = dq + dq_p
         return dq, dk_p, dv_p, dk, dv, None
 
 
