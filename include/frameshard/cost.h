@@ -125,8 +125,13 @@ CostModel flop_cost_model(const TowerDims& tower);
 /// Automodel's rule: alpha = 3 * hidden.
 CostModel automodel_cost_model(const TowerDims& tower);
 
+/// The cost_alpha that learns from the run (frameshard/online_cost.h).
+inline constexpr const char* kOnlineCost = "online";
+
 /// Parses a cost_alpha spec:
 ///   "auto"               FLOP model of `auto_tower`
+///   "online"             the same FLOP model, the start of an online model
+///                        (the runtime then replaces it: online_cost.h)
 ///   "<n>"                alpha = n (non-negative integer)
 ///   "<preset>"           FLOP model of that tower preset
 ///   "automodel"          3 * hidden of `auto_tower`

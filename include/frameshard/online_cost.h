@@ -47,7 +47,9 @@
 #pragma once
 
 #include <frameshard/cost.h>
+#include <frameshard/plan.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -75,6 +77,18 @@ WorkloadSample workload_sample(
     const CostModel& flops,
     bool split,
     double seconds);
+
+/// The sample of `rank` in `plan`: the frames its tower ran (its
+/// cu_seqlens segments: real frames and pieces, floor and dummy frames),
+/// split when the plan cut frames (every rank then joins the exchanges).
+WorkloadSample rank_workload(
+    const ShardPlan& plan, int64_t rank, const CostModel& flops, double seconds);
+
+/// A sample as the doubles one all-gather shares (field order of
+/// WorkloadSample), and back.
+constexpr std::size_t kWorkloadSampleDoubles = 7;
+std::array<double, kWorkloadSampleDoubles> to_doubles(const WorkloadSample& s);
+WorkloadSample from_doubles(const double* d);
 
 struct OnlineCostOptions {
   int64_t window = 64;          // most recent rank samples fitted
@@ -118,6 +132,14 @@ WorkloadFit fit_workloads(
     const std::vector<WorkloadSample>& samples,
     const OnlineCostOptions& options = {});
 
+/// `options` planning with `fit`: its model (seconds once fitted) and its
+/// split latency as split.exchange_fixed_cost.
+PlanOptions plan_options_with(const WorkloadFit& fit, PlanOptions options);
+
+/// The slowest rank of `plan` as `judge` predicts it (seconds).
+double predicted_slowest(
+    const ShardPlan& plan, const WorkloadFit& judge, const CostModel& flops);
+
 class OnlineCost {
  public:
   /// slowest(plan_with, judge): the caller plans its latest batch with
@@ -130,6 +152,10 @@ class OnlineCost {
   /// Records one call: every rank's sample, in rank order. Throws
   /// frameshard::Error for an empty call or a bad sample.
   void record(const std::vector<WorkloadSample>& call);
+  /// record() of the samples of ranks that ran the tower (seconds > 0)
+  /// out of an all-gather's doubles (kWorkloadSampleDoubles per rank);
+  /// false, nothing recorded, when none did (a text-only step).
+  bool record_gathered(const std::vector<double>& gathered);
   /// Fits the window and switches the model in force when the banner's
   /// rules say so; true on a switch. why() says what it decided.
   bool update(const Slowest& slowest);

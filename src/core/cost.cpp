@@ -399,9 +399,9 @@ CostModel parse_cost_alpha(
     return *t;
   };
 
-  if (spec == "auto") {
+  if (spec == "auto" || spec == kOnlineCost) {
     CostModel m = flop_cost_model(tower_or_fail(auto_tower));
-    m.label = "auto (" + m.label + ")";
+    m.label = spec + " (" + m.label + ")";
     return m;
   }
   if (spec == "automodel") {
@@ -454,9 +454,9 @@ CostModel parse_cost_alpha(
 
 CostModel parse_cost_alpha(
     const std::string& spec, const TowerDims& running, const char* field) {
-  if (spec == "auto") {
+  if (spec == "auto" || spec == kOnlineCost) {
     CostModel m = flop_cost_model(running);
-    m.label = "auto (" + running.describe() + " FLOPs, " + alpha_text(m) + ")";
+    m.label = spec + " (" + running.describe() + " FLOPs, " + alpha_text(m) + ")";
     return m;
   }
   if (spec == "automodel") {

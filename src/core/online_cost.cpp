@@ -135,6 +135,67 @@ WorkloadSample workload_sample(
   return s;
 }
 
+WorkloadSample rank_workload(
+    const ShardPlan& plan,
+    int64_t rank,
+    const CostModel& flops,
+    double seconds) {
+  FRAMESHARD_CHECK(
+      rank >= 0 && rank < static_cast<int64_t>(plan.ranks.size()),
+      "rank_workload",
+      "expected rank in [0, ",
+      plan.ranks.size(),
+      "), got ",
+      rank);
+  const std::vector<int64_t>& cu = plan.ranks[rank].cu_seqlens;
+  std::vector<int64_t> rows;
+  for (std::size_t i = 1; i < cu.size(); ++i) {
+    rows.push_back(cu[i] - cu[i - 1]);
+  }
+  return workload_sample(rows, flops, plan.split, seconds);
+}
+
+std::array<double, kWorkloadSampleDoubles> to_doubles(const WorkloadSample& s) {
+  return {
+      s.sum_p2,
+      s.sum_p,
+      s.frames,
+      s.calls,
+      s.split_calls,
+      s.flop_cost,
+      s.seconds};
+}
+
+WorkloadSample from_doubles(const double* d) {
+  WorkloadSample s;
+  s.sum_p2 = d[0];
+  s.sum_p = d[1];
+  s.frames = d[2];
+  s.calls = d[3];
+  s.split_calls = d[4];
+  s.flop_cost = d[5];
+  s.seconds = d[6];
+  return s;
+}
+
+PlanOptions plan_options_with(const WorkloadFit& fit, PlanOptions options) {
+  options.cost = fit.model;
+  options.split.exchange_fixed_cost = fit.exchange_fixed;
+  return options;
+}
+
+double predicted_slowest(
+    const ShardPlan& plan, const WorkloadFit& judge, const CostModel& flops) {
+  double slowest = 0.0;
+  for (std::size_t r = 0; r < plan.ranks.size(); ++r) {
+    slowest = std::max(
+        slowest,
+        judge.predict(
+            rank_workload(plan, static_cast<int64_t>(r), flops, 0.0)));
+  }
+  return slowest;
+}
+
 double WorkloadFit::predict(const WorkloadSample& s) const {
   if (!fitted) {
     return (s.flop_cost + exchange_fixed * s.split_calls) *
@@ -230,6 +291,28 @@ void OnlineCost::record(const std::vector<WorkloadSample>& call) {
     window_.pop_front();
   }
   ++calls_;
+}
+
+bool OnlineCost::record_gathered(const std::vector<double>& gathered) {
+  FRAMESHARD_CHECK(
+      gathered.size() % kWorkloadSampleDoubles == 0,
+      "OnlineCost::record_gathered",
+      "expected a multiple of ",
+      kWorkloadSampleDoubles,
+      " doubles, got ",
+      gathered.size());
+  std::vector<WorkloadSample> call;
+  for (std::size_t i = 0; i < gathered.size(); i += kWorkloadSampleDoubles) {
+    const WorkloadSample s = from_doubles(gathered.data() + i);
+    if (s.seconds > 0.0) {
+      call.push_back(s);
+    }
+  }
+  if (call.empty()) {
+    return false;
+  }
+  record(call);
+  return true;
 }
 
 bool OnlineCost::update(const Slowest& slowest) {

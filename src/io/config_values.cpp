@@ -341,7 +341,7 @@ void check_tower(
 }
 
 std::string cost_alpha_expectation() {
-  return "a non-negative integer, auto, a tower preset (" +
+  return "a non-negative integer, auto, online, a tower preset (" +
          join(tower_preset_names()) +
          "), automodel, automodel:<preset>, quadratic:a,b,c or the path of "
          "a frameshard calibrate file";
@@ -360,7 +360,9 @@ void check_cost_alpha(
   bool ok = false;
   if (parse_int_literal(spec, &n)) {
     ok = n >= 0 && spec[0] != '+';
-  } else if (spec == "auto" || spec == "automodel" || is_tower(spec)) {
+  } else if (
+      spec == "auto" || spec == kOnlineCost || spec == "automodel" ||
+      is_tower(spec)) {
     ok = true;
   } else if (spec.rfind("automodel:", 0) == 0) {
     ok = is_tower(spec.substr(10));

@@ -4,6 +4,7 @@
 #include <frameshard/cost.h>
 #include <frameshard/online_cost.h>
 #include <frameshard/partition.h>
+#include <frameshard/plan.h>
 #include <frameshard/splitmix64.h>
 
 #include <gtest/gtest.h>
@@ -271,6 +272,74 @@ TEST(OnlineCost, EqualSamplesGiveBitwiseEqualModels) {
   EXPECT_EQ(one.in_force().model.b, two.in_force().model.b);
   EXPECT_EQ(one.in_force().per_call, two.in_force().per_call);
   EXPECT_EQ(one.why(), two.why());
+}
+
+
+TEST(RankWorkload, CountsEveryFrameTheRankRanIncludingFloorFrames) {
+  PlanOptions o;
+  o.world = 2;
+  o.min_local_patch_rows = 96;
+  o.policy.enabled = true;
+  o.policy.min_tokens = 0;
+  o.policy.min_frames = 0;
+  // 64 rows and 1024 rows: rank 0 pads its 64-row frame up to 96 rows with
+  // one floor frame of 64 (the frame's own shape).
+  const ShardPlan plan = make_plan({{1, 8, 8}, {1, 32, 32}}, o);
+  ASSERT_EQ(plan.path, PlanPath::kSharded);
+  const WorkloadSample r0 = rank_workload(plan, 0, flops(), 0.5);
+  EXPECT_EQ(r0.frames, 2.0);
+  EXPECT_EQ(r0.sum_p, 128.0);
+  EXPECT_EQ(r0.sum_p2, 2.0 * 64.0 * 64.0);
+  EXPECT_EQ(r0.calls, 1.0);
+  EXPECT_EQ(r0.split_calls, 0.0);
+  EXPECT_EQ(r0.seconds, 0.5);
+  const WorkloadSample r1 = rank_workload(plan, 1, flops(), 0.5);
+  EXPECT_EQ(r1.sum_p2, 1024.0 * 1024.0);
+  EXPECT_DOUBLE_EQ(r1.flop_cost, flops()(1024));
+  const std::string e =
+      error_of([&] { rank_workload(plan, 2, flops(), 0.5); });
+  expect_contains(e, "rank_workload");
+  expect_contains(e, "expected rank in [0, 2), got 2");
+}
+
+TEST(OnlineCost, RecordsOnlyTheRanksThatRanTheTowerFromAnAllGather) {
+  OnlineCost online(flop_fit(flops(), 0.0));
+  WorkloadSample ran = sample_of({1024}, false);
+  ran.seconds = 0.25;
+  const WorkloadSample idle;  // a text-only step: seconds 0
+  std::vector<double> gathered;
+  for (const WorkloadSample& s : {ran, idle, ran}) {
+    const auto d = to_doubles(s);
+    gathered.insert(gathered.end(), d.begin(), d.end());
+  }
+  EXPECT_TRUE(online.record_gathered(gathered));
+  EXPECT_EQ(online.window().size(), 2u);
+  EXPECT_EQ(online.window()[1].sum_p2, ran.sum_p2);
+  EXPECT_EQ(online.window()[1].seconds, 0.25);
+  const auto none = to_doubles(idle);
+  EXPECT_FALSE(online.record_gathered({none.begin(), none.end()}));
+  EXPECT_EQ(online.calls(), 1);
+  const std::string e =
+      error_of([&] { online.record_gathered({1.0, 2.0}); });
+  expect_contains(e, "OnlineCost::record_gathered");
+  expect_contains(e, "expected a multiple of 7 doubles, got 2");
+}
+
+TEST(OnlineCost, AFitInForcePlansInSecondsWithItsSplitLatency) {
+  WorkloadFit fit = fit_workloads(exact_samples(Truth{}, 40));
+  PlanOptions o = plan_options_with(fit, PlanOptions{});
+  EXPECT_EQ(o.cost.seconds_per_unit, 1.0);
+  EXPECT_EQ(o.cost.a, fit.model.a);
+  EXPECT_EQ(o.split.exchange_fixed_cost, fit.exchange_fixed);
+  EXPECT_NE(o.cost.label.find("online: a="), std::string::npos);
+  // The slowest rank the fit predicts is the worst rank's sample.
+  o.world = 2;
+  const ShardPlan plan = make_plan({{1, 64, 64}, {1, 16, 16}}, o);
+  const double worst = std::max(
+      fit.predict(rank_workload(plan, 0, flops(), 0.0)),
+      fit.predict(rank_workload(plan, 1, flops(), 0.0)));
+  EXPECT_EQ(predicted_slowest(plan, fit, flops()), worst);
+  EXPECT_GT(worst, 0.0);
 }
 
 }  // namespace
