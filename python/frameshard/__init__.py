@@ -28,6 +28,7 @@ from ._calibrate import Calibration, calibrate
 from ._calibrate_exchange import calibrate_exchange
 from ._config import FrameShardingConfig, parse_yaml
 from ._groups import Mesh
+from ._online import OnlineCostState, online_costs, write_online_cost
 from ._plan import DedupCounts, FrameUnit, MeshChoice, Plan, RankPlan, plan, workload
 from ._shard import (
     FramePiece,
@@ -97,6 +98,7 @@ __all__ = [
     "FrameUnit",
     "FrameshardError",
     "Mesh",
+    "OnlineCostState",
     "PieceTower",
     "Plan",
     "RankPlan",
@@ -110,6 +112,7 @@ __all__ = [
     "cost_model",
     "frame_keys",
     "hf",
+    "online_costs",
     "parse_yaml",
     "plan",
     "shard_vision",
@@ -117,4 +120,5 @@ __all__ = [
     "tower_dims",
     "visual_token_owners",
     "workload",
+    "write_online_cost",
 ]

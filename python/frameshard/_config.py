@@ -55,9 +55,10 @@ class FrameShardingConfig:
         min_frames: ... or the frame units reach this many (either is enough).
         min_local_patch_rows: pad each rank's frames to at least this many patch rows with
             zero frames (dropped before the gather); 0 turns it off.
-        cost_alpha: the per-frame cost model: "auto", a number >= 0, a tower preset,
+        cost_alpha: the per-frame cost model: "auto", "online", a number >= 0, a tower preset,
             "automodel", "automodel:<preset>", "quadratic:a,b,c" or the path of a
-            `frameshard calibrate` file.
+            `frameshard calibrate` file. "online" starts as "auto" and, from the third call,
+            plans with a fit of the run's own tower times (frameshard.online_costs()).
         partitioner: "optimal" (exact contiguous), "greedy", "count" or "lpt".
         gather: "all" (every rank receives every visual row) or "owner" (each row goes only to
             the rank whose sequence shard uses it; shard_vision then needs token_owner).

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol, Union
 import torch
 import torch.distributed as dist
 
-from . import _C, _groups
+from . import _C, _groups, _online
 from ._C import FrameshardError
 from ._config import FrameShardingConfig
 from ._groups import Mesh, Timeout, millis
@@ -236,12 +236,13 @@ def shard_vision(
             "'owner', got gather=%r and token_owner %s"
             % (config.gather, "given" if token_owner is not None else "None")
         )
-    result, plan = _run(tower, pixel_values, grid_tensor(grid_thw), pg, options, mesh is not None)
     # A caller of its own (frameshard.hf) names itself in `frameshard_log`: (key, what).
     key, what = getattr(tower, "frameshard_log", None) or (
         getattr(tower, "__code__", None) or id(tower),
         "shard_vision",
     )
+    online = _online.prepare(key, what, pg, options, config, pixel_values)
+    result, plan = _run(tower, pixel_values, grid_tensor(grid_thw), pg, options, mesh is not None, online)
     log_path(key, plan, what, config)
     return (result, plan) if return_plan else result
 
@@ -253,9 +254,10 @@ def _run(
     pg: dist.ProcessGroup,
     options: Any,
     on_mesh: bool,
+    online: _online.Online | None = None,
 ) -> tuple[TowerOutput | None, Plan]:
     """The extension's encode (or encode_mesh) with `tower` called back as the C++ core calls a
-    tower: (outputs in the tower's own form, the plan)."""
+    tower: (outputs in the tower's own form, the plan). With `online` the tower is timed."""
     returned_sequence = [False]
     with_pieces = options.takes_pieces
 
@@ -266,14 +268,17 @@ def _run(
         pieces: Sequence[tuple] = (),
         exchange: Exchange | None = None,
     ) -> list[torch.Tensor]:
-        if with_pieces:
-            out = tower(pv, grid, cu, pieces=tuple(FramePiece(*p) for p in pieces), exchange=exchange)
-        else:
-            out = tower(pv, grid, cu)
-        if isinstance(out, torch.Tensor):
-            return [out]
-        returned_sequence[0] = True
-        return list(out)
+        def run() -> list[torch.Tensor]:
+            if with_pieces:
+                out = tower(pv, grid, cu, pieces=tuple(FramePiece(*p) for p in pieces), exchange=exchange)
+            else:
+                out = tower(pv, grid, cu)
+            if isinstance(out, torch.Tensor):
+                return [out]
+            returned_sequence[0] = True
+            return list(out)
+
+        return run() if online is None else online.time_tower(run, tower, pv.device)
 
     encode = _C.encode_mesh if on_mesh else _C.encode
     returned = encode(call, pixel_values, grid, pg, options)  # a _C.ShardResult
@@ -281,6 +286,8 @@ def _run(
     result: TowerOutput | None = None  # a text-only replica on the mesh's replicated path
     if outputs:
         result = tuple(outputs) if returned_sequence[0] else outputs[0]
+    if online is not None:
+        _online.finish(online, returned.plan, pg, on_mesh)
     plan = plan_from_dict(returned.plan)
     if dedup is not None:
         plan = dataclasses.replace(plan, dedup=DedupCounts(**dedup))

@@ -4,6 +4,7 @@
 // plan's pieces and its K/V exchange (frameshard/tower.h PieceExchange) as
 // a Python callable.
 #include "bindings.h"
+#include "bind_online.h"
 
 #include <frameshard/dedup.h>
 #include <frameshard/error.h>
@@ -198,6 +199,8 @@ struct ShardCall {
   /// media_keys (one (hi, lo) per grid row) or, empty, by frame_keys.
   bool dedup = false;
   std::vector<std::pair<uint64_t, uint64_t>> media_keys;
+  /// cost_alpha online: the model that plans this call (null: the config's).
+  std::shared_ptr<OnlineRun> online;
 };
 
 // The unit keys of a dedup call (computed on the pixels' device).
@@ -247,7 +250,7 @@ PlanOptions python_tower_plan(const ShardCall& c, int64_t world) {
       "split_frames: expected false for a Python tower that does not take "
       "pieces (keyword parameters `pieces` and `exchange`, see "
       "frameshard.shard_vision), got true");
-  return o;
+  return c.online ? c.online->plan_options(std::move(o)) : o;
 }
 
 // What encode and encode_mesh return to Python (named, read-only fields:
@@ -341,6 +344,7 @@ ShardResult encode_mesh_binding(
   o.mesh.min_gain = cfg.frame_sharding.mesh_min_gain;
   o.mesh.exchange_latency_seconds =
       cfg.frame_sharding.split_exchange_latency_us * 1e-6;
+
   o.mesh.dedup = call.dedup;
   const VisionTower cpp_tower = python_tower(tower, call.takes_pieces);
   EncodeResult res = run_without_gil(
@@ -385,6 +389,7 @@ them, so the Python layer can check that it sets each one.)doc")
       .def_readwrite("token_owner", &ShardCall::token_owner)
       .def_readwrite("tower_dims", &ShardCall::tower_dims)
       .def_readwrite("takes_pieces", &ShardCall::takes_pieces)
+      .def_readwrite("online", &ShardCall::online)
       .def_readwrite("dedup", &ShardCall::dedup)
       .def_readwrite("media_keys", &ShardCall::media_keys)
       .def_static("fields", [] {

@@ -84,6 +84,7 @@ PYBIND11_MODULE(_C, m) {
   fp::init_calibrate(m);
   fp::init_config(m);
   fp::init_plan(m);
+  fp::init_online(m);
   fp::init_runtime(m);
   fp::init_report(m);
 }

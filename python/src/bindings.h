@@ -52,6 +52,8 @@ void init_plan(py::module_& m);
 // bind_runtime.cpp: all_gather_rows, agree, encode, encode_mesh
 // (collectives).
 void init_runtime(py::module_& m);
+// bind_online.cpp: OnlineCost (cost_alpha online).
+void init_online(py::module_& m);
 // bind_report.cpp: ab_plot_svg (the A/B plot).
 void init_report(py::module_& m);
 

@@ -1,0 +1,80 @@
+"""cost_alpha="online" (frameshard/_online.py, include/frameshard/online_cost.h): the plan learns
+from the run's own tower times, identically on every rank.
+
+Multi-process: tests/python/online_worker.py runs both scenarios in one launch of 2 Gloo ranks.
+The burning tower's time is CPU time it burns on purpose (a per-frame constant FLOPs miss), so
+the fit is checked against a known truth whatever the machine's load.
+"""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import frameshard  # noqa: E402
+from harness import RTOL_HF, assert_parity, run_selected, scenario  # noqa: E402
+from online_worker import BACKWARD, CALLS, FRAME_S  # noqa: E402
+
+WORLD = 2
+
+
+@pytest.fixture(scope="module")
+def world_results():
+    return WORLD, run_selected("online_worker.py", WORLD)
+
+
+def test_the_first_calls_plan_with_flops_then_a_fit_in_seconds(world_results):
+    _, per_rank = scenario(world_results, "learns")
+    models = [c["cost_model"] for c in per_rank[0]["calls"]]
+    # Calls 1 and 2 warm up; call 3 plans with the fit of calls 1 and 2.
+    assert all(m.startswith("online (") for m in models[:2]), models
+    assert all(m.startswith("online: a=") for m in models[2:]), models
+
+
+def test_the_fit_moves_frames_off_the_rank_flops_left_slowest(world_results):
+    _, per_rank = scenario(world_results, "learns")
+    calls = per_rank[0]["calls"]
+    # FLOPs: the image alone on rank 0, the 12 small frames on rank 1 (each costs 1.5 ms + rows).
+    assert calls[0]["assignment"] == [0] + [1] * 12, calls[0]
+    last = calls[-1]["assignment"]
+    assert 3 <= last.count(0) - 1 <= 7, last  # the fit balances: about 5 small frames move
+
+
+def test_the_fit_times_forward_and_backward(world_results):
+    _, per_rank = scenario(world_results, "learns")
+    state = per_rank[0]["state"]
+    assert state["fitted"] and state["calls"] == CALLS - 1, state
+    # The per-frame constant: forward FRAME_S plus backward BACKWARD * FRAME_S (the forward alone
+    # would be a third of it).
+    c = float(state["fit"].split(" c=")[1].split()[0])
+    assert 0.7 * (1 + BACKWARD) * FRAME_S < c < 1.3 * (1 + BACKWARD) * FRAME_S, state["fit"]
+    ratio = state["predicted_slowest_seconds"] / state["measured_slowest_seconds"]
+    assert 0.7 < ratio < 1.3, state
+
+
+def test_every_rank_plans_and_fits_bitwise_alike(world_results):
+    for name in ("learns", "qwen3"):
+        _, per_rank = scenario(world_results, name)
+        assert all(r["state"]["fit"] == per_rank[0]["state"]["fit"] for r in per_rank), name
+    _, per_rank = scenario(world_results, "learns")
+    assert per_rank[0]["calls"] == per_rank[1]["calls"]
+
+
+def test_the_fit_is_written_as_a_calibration_file_the_next_run_starts_from(world_results):
+    _, per_rank = scenario(world_results, "learns")
+    assert per_rank[0]["text"].strip().splitlines()[-1].startswith("quadratic:")
+    assert per_rank[0]["reread"].startswith("calibrated "), per_rank[0]["reread"]
+
+
+def test_a_transformers_tower_with_split_frames_learns_and_keeps_parity(world_results):
+    world, per_rank = scenario(world_results, "qwen3")
+    assert per_rank[0]["state"]["calls"] == 3, per_rank[0]["state"]
+    assert per_rank[0]["state"]["measured_slowest_seconds"] > 0
+    assert all(r["split"] for r in per_rank), [r["logged"] for r in per_rank]
+    assert_parity(world, "qwen3", per_rank, RTOL_HF)
+
+
+def test_write_online_cost_names_what_it_expected_without_a_caller(tmp_path):
+    with pytest.raises(frameshard.FrameshardError, match="expected exactly one cost_alpha='online' caller"):
+        frameshard.write_online_cost(tmp_path / "x.txt")
