@@ -82,7 +82,10 @@ WorkloadSample workload_sample(
 /// cu_seqlens segments: real frames and pieces, floor and dummy frames),
 /// split when the plan cut frames (every rank then joins the exchanges).
 WorkloadSample rank_workload(
-    const ShardPlan& plan, int64_t rank, const CostModel& flops, double seconds);
+    const ShardPlan& plan,
+    int64_t rank,
+    const CostModel& flops,
+    double seconds);
 
 /// A sample as the doubles one all-gather shares (field order of
 /// WorkloadSample), and back.
@@ -132,8 +135,9 @@ WorkloadFit fit_workloads(
     const std::vector<WorkloadSample>& samples,
     const OnlineCostOptions& options = {});
 
-/// `options` planning with `fit`: its model (seconds once fitted) and its
-/// split latency as split.exchange_fixed_cost.
+/// `options` planning with `fit`: its model (seconds once fitted), its
+/// split latency as split.exchange_fixed_cost, and split.exchange_row_cost
+/// moved from the units of options.cost into the fit's (seconds_per_unit).
 PlanOptions plan_options_with(const WorkloadFit& fit, PlanOptions options);
 
 /// The slowest rank of `plan` as `judge` predicts it (seconds).

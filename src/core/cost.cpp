@@ -456,7 +456,8 @@ CostModel parse_cost_alpha(
     const std::string& spec, const TowerDims& running, const char* field) {
   if (spec == "auto" || spec == kOnlineCost) {
     CostModel m = flop_cost_model(running);
-    m.label = spec + " (" + running.describe() + " FLOPs, " + alpha_text(m) + ")";
+    m.label =
+        spec + " (" + running.describe() + " FLOPs, " + alpha_text(m) + ")";
     return m;
   }
   if (spec == "automodel") {

@@ -179,6 +179,14 @@ WorkloadSample from_doubles(const double* d) {
 }
 
 PlanOptions plan_options_with(const WorkloadFit& fit, PlanOptions options) {
+  // The per-row exchange cost is in the units of the model it came with
+  // (config.cpp moves it into them): a FLOP-unit row cost under a fit in
+  // seconds would make every cut look ~1e9 times too dear.
+  const double from = options.cost.seconds_per_unit;
+  const double to = fit.model.seconds_per_unit;
+  if (from > 0.0 && to > 0.0) {
+    options.split.exchange_row_cost *= from / to;
+  }
   options.cost = fit.model;
   options.split.exchange_fixed_cost = fit.exchange_fixed;
   return options;

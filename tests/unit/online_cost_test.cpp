@@ -274,7 +274,6 @@ TEST(OnlineCost, EqualSamplesGiveBitwiseEqualModels) {
   EXPECT_EQ(one.why(), two.why());
 }
 
-
 TEST(RankWorkload, CountsEveryFrameTheRankRanIncludingFloorFrames) {
   PlanOptions o;
   o.world = 2;
@@ -296,8 +295,7 @@ TEST(RankWorkload, CountsEveryFrameTheRankRanIncludingFloorFrames) {
   const WorkloadSample r1 = rank_workload(plan, 1, flops(), 0.5);
   EXPECT_EQ(r1.sum_p2, 1024.0 * 1024.0);
   EXPECT_DOUBLE_EQ(r1.flop_cost, flops()(1024));
-  const std::string e =
-      error_of([&] { rank_workload(plan, 2, flops(), 0.5); });
+  const std::string e = error_of([&] { rank_workload(plan, 2, flops(), 0.5); });
   expect_contains(e, "rank_workload");
   expect_contains(e, "expected rank in [0, 2), got 2");
 }
@@ -319,8 +317,7 @@ TEST(OnlineCost, RecordsOnlyTheRanksThatRanTheTowerFromAnAllGather) {
   const auto none = to_doubles(idle);
   EXPECT_FALSE(online.record_gathered({none.begin(), none.end()}));
   EXPECT_EQ(online.calls(), 1);
-  const std::string e =
-      error_of([&] { online.record_gathered({1.0, 2.0}); });
+  const std::string e = error_of([&] { online.record_gathered({1.0, 2.0}); });
   expect_contains(e, "OnlineCost::record_gathered");
   expect_contains(e, "expected a multiple of 7 doubles, got 2");
 }
@@ -340,6 +337,25 @@ TEST(OnlineCost, AFitInForcePlansInSecondsWithItsSplitLatency) {
       fit.predict(rank_workload(plan, 1, flops(), 0.0)));
   EXPECT_EQ(predicted_slowest(plan, fit, flops()), worst);
   EXPECT_GT(worst, 0.0);
+}
+
+TEST(OnlineCost, TheRowExchangeCostMovesIntoTheFitsUnits) {
+  // Options made for the FLOP model hold the per-row exchange cost in FLOP
+  // units; under a fit in seconds it must be seconds too, and back.
+  PlanOptions o;
+  o.cost = flops();
+  o.split.exchange_row_cost = 1000.0;
+  const WorkloadFit fit = fit_workloads(exact_samples(Truth{}, 40));
+  const PlanOptions in_seconds = plan_options_with(fit, o);
+  EXPECT_DOUBLE_EQ(
+      in_seconds.split.exchange_row_cost, 1000.0 * flops().seconds_per_unit);
+  const PlanOptions back =
+      plan_options_with(flop_fit(flops(), 0.0), in_seconds);
+  EXPECT_DOUBLE_EQ(back.split.exchange_row_cost, 1000.0);
+  // The FLOP model over its own options changes nothing.
+  EXPECT_EQ(
+      plan_options_with(flop_fit(flops(), 0.0), o).split.exchange_row_cost,
+      1000.0);
 }
 
 }  // namespace
