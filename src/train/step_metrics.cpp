@@ -9,7 +9,10 @@ namespace train {
 std::vector<StepMetrics> gather_step_metrics(
     const StepMetrics& mine, const TrainGroups& groups) {
   // One fixed-size record of doubles per rank (counts below 2^53 are
-  // exact); the plan path as 0/1, the mesh mode as 0 (none) / 1 / 2.
+  // exact); the plan path as 0/1, the mesh mode as 0 (none) / 1 / 2. The
+  // cost model's texts are not sent: within a CP group (the world over the
+  // mesh) they are the same on every rank (train/online_step.h), so each
+  // entry takes this rank's.
   const std::vector<double> rec = {
       static_cast<double>(mine.step),
       mine.loss,
@@ -32,7 +35,10 @@ std::vector<StepMetrics> gather_step_metrics(
       mine.mesh_mode == "mesh"      ? 1.0
       : mine.mesh_mode == "cp-only" ? 2.0
                                     : 0.0,
-      mine.mesh_gain};
+      mine.mesh_gain,
+      mine.predicted_slowest_seconds,
+      mine.measured_slowest_seconds,
+      mine.cost_switched ? 1.0 : 0.0};
   at::Tensor local = at::tensor(rec, at::TensorOptions().dtype(at::kDouble));
   const int64_t world = groups.world ? groups.world->getSize() : 1;
   std::vector<at::Tensor> all;
@@ -71,6 +77,12 @@ std::vector<StepMetrics> gather_step_metrics(
     m.rows_distinct = static_cast<int64_t>(v[17]);
     m.mesh_mode = v[18] > 1.5 ? "cp-only" : v[18] > 0.5 ? "mesh" : "";
     m.mesh_gain = v[19];
+    m.predicted_slowest_seconds = v[20];
+    m.measured_slowest_seconds = v[21];
+    m.cost_switched = v[22] > 0.5;
+    m.cost_model = mine.cost_model;
+    m.cost_update = mine.cost_update;
+    m.cost_model_next = mine.cost_model_next;
     result.push_back(m);
   }
   return result;

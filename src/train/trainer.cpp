@@ -1,6 +1,7 @@
 // One arm of the training job on one rank (trainer.h).
 #include <frameshard/train/trainer.h>
 
+#include <frameshard/cost.h>
 #include <frameshard/error.h>
 #include <frameshard/models/cost_bridge.h>
 #include <frameshard/runtime/agree.h>
@@ -9,6 +10,7 @@
 #include <frameshard/train/cp_attention.h>
 
 #include "train/local_batch.h"
+#include "train/online_step.h"
 #include "train/vision_stage.h"
 #include "train/vlm_parts.h"
 
@@ -44,6 +46,8 @@ struct Trainer::State {
   std::vector<ManifestSample> manifest;
   MemoryStats memory{c10::Device(c10::kCPU)};
   std::unique_ptr<detail::VisionStage> vision;
+  // cost_alpha online on the sharded arm (online_step.h); null otherwise.
+  std::unique_ptr<detail::OnlineStep> online;
   // Seconds of the decoder's forward + backward per sequence position, as
   // the last step measured: this step's prediction of the rest of the
   // step for the mesh's choice (MeshOptions::other_seconds).
@@ -186,6 +190,11 @@ Trainer::Trainer(
     if (!config.data.manifest.empty()) {
       s.manifest = load_manifest(config.data.manifest, s.plan.layout);
     }
+    // The replicated arm's plan never weighs costs (sharding off): the
+    // baseline stays without the online model and its all-gather.
+    if (sharded && config.parallel.frame_sharding.cost_alpha == kOnlineCost) {
+      s.online = std::make_unique<detail::OnlineStep>(s.plan);
+    }
     s.params = s.tower.module->parameters();
     for (const auto& p : s.decoder->parameters()) {
       s.params.push_back(p);
@@ -227,6 +236,14 @@ int64_t Trainer::cp_rank() const {
 
 const PlanOptions& Trainer::plan_options() const {
   return state_->plan;
+}
+
+const ShardPlan& Trainer::vision_plan() const {
+  return state_->vision->plan();
+}
+
+const OnlineCost* Trainer::online_cost() const {
+  return state_->online ? &state_->online->cost() : nullptr;
 }
 
 BatchLayout Trainer::batch(int64_t step) const {
@@ -388,8 +405,11 @@ StepMetrics Trainer::forward_backward(int64_t step) {
     p.mutable_grad() = at::Tensor();
   }
 
+  StepMetrics m;
   EncodeOptions eo;
-  eo.plan = s.plan;
+  eo.plan = s.online ? s.online->plan_options(s.plan) : s.plan;
+  m.cost_model =
+      s.online ? s.online->cost().in_force().describe() : s.plan.cost.label;
   eo.timeout = std::chrono::milliseconds(s.config.train.timeout_ms);
   if (s.config.parallel.frame_sharding.gather == "owner") {
     detail::route_to_owners(b, s.cp, eo);
@@ -419,32 +439,26 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   const auto lm_start = Clock::now();
   at::Tensor loss = decoder_loss(s.decoder, b, visual, s.groups.cp);
   loss.backward();
-  StepMetrics m;
   m.decoder_seconds = detail::elapsed_seconds(lm_start, device);
   s.decoder_rate = m.decoder_seconds / static_cast<double>(std::max<int64_t>(
                                            1, b.layout.seq_len()));
   s.vision->backward_gather();
   s.vision->backward_tower();
+  detail::read_vision_metrics(*s.vision, m);
+  if (s.online) {
+    // Thread CPU time on a CPU (ranks sharing cores do not inflate it);
+    // on CUDA the thread only launches, and the wall time is synced.
+    s.online->finish_step(
+        *s.vision,
+        device.is_cuda() ? m.vision_seconds : m.vision_cpu_seconds,
+        s.groups.world,
+        m);
+  }
 
   all_reduce_gradients(s.params, s.groups.world, s.dp);
   m.step = step;
   m.loss = global_loss(loss, s.groups.world, s.dp);
-  m.vision_seconds = s.vision->tower_seconds();
-  m.vision_cpu_seconds = s.vision->tower_cpu_seconds();
-  m.gather_seconds = s.vision->gather_seconds();
-  m.hash_seconds = s.vision->hash_seconds();
-  const detail::FrameCounts& counts = s.vision->frame_counts();
-  m.frames_total = counts.frames_total;
-  m.frames_distinct = counts.frames_distinct;
-  m.rows_total = counts.rows_total;
-  m.rows_distinct = counts.rows_distinct;
   m.vision_peak_bytes = vision_peak;
-  m.tower_rows = s.vision->tower_rows();
-  m.visual_bytes_received = s.vision->bytes_received();
-  m.allgather_bytes_received = s.vision->allgather_bytes_received();
-  m.plan_path = to_string(s.vision->plan().path);
-  m.mesh_mode = s.vision->mesh_mode();
-  m.mesh_gain = s.vision->mesh_gain();
   m.step_seconds = detail::elapsed_seconds(start, device);
   m.peak_bytes = std::max(s.vision->peak_before_tower(), s.memory.peak_bytes());
   return m;

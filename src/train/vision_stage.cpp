@@ -74,6 +74,7 @@ std::vector<at::Tensor> VisionStage::run_tower(const TowerInput& input) {
   tower_peak_bytes_ = std::max<int64_t>(0, memory_->peak_bytes() - base);
   input_ = input;
   tower_rows_ = input.pixel_values.size(0);
+  tower_cu_seqlens_ = input.cu_seqlens;
   tower_leaf_.clear();
   for (const auto& t : tower_out_) {
     tower_leaf_.push_back(t.detach().requires_grad_(true));
@@ -90,6 +91,7 @@ void VisionStage::begin_step() {
   peak_before_tower_ = 0;
   tower_peak_bytes_ = 0;
   tower_rows_ = 0;
+  tower_cu_seqlens_ = at::Tensor();
   bytes_received_ = 0;
   allgather_bytes_received_ = 0;
   plan_ = ShardPlan{};
@@ -306,6 +308,39 @@ void VisionStage::count_mesh_frames(
           plan.plan.frames.units[static_cast<size_t>(u)].patch_rows;
     }
   }
+}
+
+std::vector<int64_t> VisionStage::tower_unit_rows() const {
+  std::vector<int64_t> rows;
+  if (!tower_cu_seqlens_.defined()) {
+    return rows;
+  }
+  // After the tower's timing: on a GPU this copy waits for nothing more.
+  const at::Tensor cu = tower_cu_seqlens_.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* v = cu.data_ptr<int64_t>();
+  rows.reserve(static_cast<size_t>(std::max<int64_t>(0, cu.numel() - 1)));
+  for (int64_t i = 1; i < cu.numel(); ++i) {
+    rows.push_back(v[i] - v[i - 1]);
+  }
+  return rows;
+}
+
+void read_vision_metrics(const VisionStage& v, StepMetrics& m) {
+  m.vision_seconds = v.tower_seconds();
+  m.vision_cpu_seconds = v.tower_cpu_seconds();
+  m.gather_seconds = v.gather_seconds();
+  m.hash_seconds = v.hash_seconds();
+  const FrameCounts& counts = v.frame_counts();
+  m.frames_total = counts.frames_total;
+  m.frames_distinct = counts.frames_distinct;
+  m.rows_total = counts.rows_total;
+  m.rows_distinct = counts.rows_distinct;
+  m.tower_rows = v.tower_rows();
+  m.visual_bytes_received = v.bytes_received();
+  m.allgather_bytes_received = v.allgather_bytes_received();
+  m.plan_path = to_string(v.plan().path);
+  m.mesh_mode = v.mesh_mode();
+  m.mesh_gain = v.mesh_gain();
 }
 
 namespace {

@@ -33,6 +33,7 @@
 #include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/mesh_encode.h>
 #include <frameshard/train/memory_stats.h>
+#include <frameshard/train/trainer.h>
 
 #include <string>
 
@@ -123,6 +124,10 @@ class VisionStage {
   int64_t tower_rows() const {
     return tower_rows_;
   }
+  /// The patch rows of each frame unit (cu_seqlens segment: frames, pieces,
+  /// floor and dummy frames) the tower ran on this step; empty when it did
+  /// not run. What cost_alpha online fits (train/online_step.h).
+  std::vector<int64_t> tower_unit_rows() const;
   /// Visual bytes this rank received in the forward collective, and what
   /// the all-gather would have brought (EncodeResult).
   int64_t bytes_received() const {
@@ -184,9 +189,14 @@ class VisionStage {
   int64_t tower_peak_bytes_ = 0;
   int64_t peak_before_tower_ = 0;
   int64_t tower_rows_ = 0;
+  at::Tensor tower_cu_seqlens_;  // the tower's segments (tower_unit_rows)
   int64_t bytes_received_ = 0;
   int64_t allgather_bytes_received_ = 0;
 };
+
+/// The stage's share of a step's metrics (timings, counts, rows, bytes,
+/// plan path and mesh choice) after its backward.
+void read_vision_metrics(const VisionStage& vision, StepMetrics& m);
 
 /// Seconds since `start` after waiting for the device (CUDA kernels are
 /// asynchronous; a CPU returns at once).

@@ -57,16 +57,12 @@ GrpoRun run_grpo(const train::TrainConfig& c, bool sharded) {
   res.metrics.assign(
       static_cast<size_t>(c.train.steps),
       std::vector<train::StepMetrics>(static_cast<size_t>(world)));
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  store->setTimeout(std::chrono::seconds(30));
-  testing::RunRanksOptions o;
-  o.timeout = std::chrono::seconds(30);
-  testing::run_ranks(
-      world,
-      [&](int rank, ProcessGroupPtr pg) {
-        const ProcessGroupPtr cpg = testing::cp_group(
-            pg, store, rank, dp, cp, std::chrono::seconds(30));
-        train::Trainer t(c, train::TrainGroups{pg, cpg}, sharded);
+  testing::run_mesh_ranks(
+      dp,
+      cp,
+      std::chrono::seconds(30),
+      [&](int rank, const train::TrainGroups& g) {
+        train::Trainer t(c, g, sharded);
         for (int64_t s = 0; s < c.train.steps; ++s) {
           const train::StepMetrics m = t.step(s);
           res.metrics[static_cast<size_t>(s)][static_cast<size_t>(rank)] = m;
@@ -74,8 +70,7 @@ GrpoRun run_grpo(const train::TrainConfig& c, bool sharded) {
             res.losses.push_back(m.loss);
           }
         }
-      },
-      o);
+      });
   return res;
 }
 

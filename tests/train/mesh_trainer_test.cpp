@@ -62,17 +62,11 @@ MeshArm run_mesh_arm(const train::TrainConfig& c, bool sharded) {
   res.tower_rows.resize(static_cast<size_t>(world));
   res.paths.resize(static_cast<size_t>(world));
   res.modes.resize(static_cast<size_t>(world));
-  // The CP subgroups rendezvous over their own store.
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  store->setTimeout(std::chrono::seconds(20));
-  testing::RunRanksOptions o;
-  o.timeout = std::chrono::seconds(20);
-  testing::run_ranks(
-      world,
-      [&](int rank, ProcessGroupPtr pg) {
-        const ProcessGroupPtr cpg = testing::cp_group(
-            pg, store, rank, dp, cp, std::chrono::seconds(20));
-        train::TrainGroups g{pg, cpg, c10::Device(c10::kCPU)};
+  testing::run_mesh_ranks(
+      dp,
+      cp,
+      std::chrono::seconds(20),
+      [&](int rank, const train::TrainGroups& g) {
         train::Trainer t(c, g, sharded);
         const auto r = static_cast<size_t>(rank);
         testing::RankRun run = testing::run_steps(t, c.train.steps);
@@ -86,8 +80,7 @@ MeshArm run_mesh_arm(const train::TrainConfig& c, bool sharded) {
         for (const auto& p : t.named_parameters()) {
           res.params[r][p.first] = p.second.detach().clone();
         }
-      },
-      o);
+      });
   return res;
 }
 

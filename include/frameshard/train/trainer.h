@@ -44,7 +44,12 @@
 //      whole-mesh sum gives (1/dp) sum over replicas and CP ranks of
 //      dL/dtheta, the standard run's gradient (mesh_encode.h).
 // Both arms compute the same function with the same seed and data, so their
-// losses and gradients agree to rounding.
+// losses and gradients agree to rounding. With frame_sharding.cost_alpha
+// online the sharded arm plans with a cost model it learns from its own
+// tower times (frameshard/online_cost.h; src/train/online_step.h): after the
+// tower's backward each rank's workload and seconds are all-gathered (one
+// more collective per step, world x 7 doubles) and every rank of a CP
+// group updates the same model; StepMetrics reports it.
 //
 // Usage:
 //   frameshard::train::TrainGroups g{world_group, cp_group, rank, world};
@@ -57,6 +62,7 @@
 // world group (every rank, same config).
 #pragma once
 
+#include <frameshard/online_cost.h>
 #include <frameshard/plan.h>
 #include <frameshard/runtime/process_group.h>
 #include <frameshard/train/data_batch.h>
@@ -118,6 +124,21 @@ struct StepMetrics {
   // over the CP-only plan (1 - mesh / cp-only; 0 when not weighed).
   std::string mesh_mode;
   double mesh_gain = 0.0;
+  // The cost model this step planned with (its label; with cost_alpha
+  // online on the sharded arm OnlineCost::in_force().describe(): "online
+  // (...FLOPs...)" until a fit is in force, then "online: a=...").
+  std::string cost_model;
+  // cost_alpha online only (train/online_step.h; 0, false and "" without):
+  // the slowest tower (forward + backward) over the ranks that ran one, as
+  // the model in force predicted it and as measured (every rank's samples:
+  // the same on every rank of the world); whether this step's update put a
+  // new model in force, what it decided (OnlineCost::why()) and the model
+  // the next step plans with.
+  double predicted_slowest_seconds = 0.0;
+  double measured_slowest_seconds = 0.0;
+  bool cost_switched = false;
+  std::string cost_update;
+  std::string cost_model_next;
 };
 
 class Trainer {
@@ -141,6 +162,12 @@ class Trainer {
   BatchLayout batch(int64_t step) const;
   /// The plan options of this arm (train_config.h, arm_plan_options).
   const PlanOptions& plan_options() const;
+  /// The plan of the last step's vision (encode's; over the dp x cp mesh,
+  /// encode_mesh's); empty before the first step and after a text-only one.
+  const ShardPlan& vision_plan() const;
+  /// cost_alpha online on the sharded arm: the online cost model after the
+  /// last step (the same on every rank of a CP group); else null.
+  const OnlineCost* online_cost() const;
   int64_t dp_rank() const;
   int64_t cp_rank() const;
 
