@@ -17,6 +17,7 @@
 #include "rank_processes.h"
 #include "train_launch.h"
 
+#include <frameshard/cost.h>
 #include <frameshard/error.h>
 #include <frameshard/runtime/process_group.h>
 #include <frameshard/train/train_config.h>
@@ -41,6 +42,7 @@ struct TrainArgs {
   std::string backend = "auto";
   std::string model_dir;  // --model-dir: model.model_dir
   bool print_config = false;
+  std::string write_cost;  // --write-cost FILE (cost_alpha online)
   // Hidden worker mode.
   int worker_rank = -1;
   int worker_world = 0;
@@ -80,6 +82,19 @@ train::TrainConfig resolve_recipe(
   return cfg;
 }
 
+// --write-cost writes the online model's fit: only cost_alpha online has one.
+void check_write_cost(
+    const TrainArgs& a, const train::TrainConfig& cfg, const char* command) {
+  const std::string& alpha = cfg.parallel.frame_sharding.cost_alpha;
+  FRAMESHARD_CHECK(
+      a.write_cost.empty() || alpha == kOnlineCost,
+      command,
+      "expected distributed.multimodal.vision.frame_sharding.cost_alpha ",
+      kOnlineCost,
+      " with --write-cost, got ",
+      alpha);
+}
+
 std::vector<std::string> worker_args(
     const TrainArgs& a, const std::string& recipe_path, int world) {
   std::vector<std::string> v{
@@ -93,6 +108,10 @@ std::vector<std::string> worker_args(
   }
   v.push_back("--plot");
   v.push_back(a.plot);
+  if (!a.write_cost.empty()) {
+    v.push_back("--write-cost");
+    v.push_back(a.write_cost);
+  }
   return v;
 }
 
@@ -104,6 +123,7 @@ int run_command(
   run.json = a.json;
   run.plot = ab ? a.plot : "";
   run.backend = a.backend;
+  run.write_cost = a.write_cost;
   if (a.worker_rank >= 0) {  // a spawned local rank: the recipe is resolved
     run.config = train::load_train_config(a.recipe);
     run.local_world = a.worker_world;
@@ -112,6 +132,7 @@ int run_command(
     });
   }
   run.config = resolve_recipe(a, extras, command);
+  check_write_cost(a, run.config, command);
   if (a.print_config) {
     std::cout << train::to_yaml(run.config);
     return 0;
@@ -162,6 +183,11 @@ void add_options(CLI::App* cmd, TrainArgs& a, bool ab) {
       ->capture_default_str();
   cmd->add_flag(
       "--print-config", a.print_config, "Print the resolved recipe and exit");
+  cmd->add_option(
+      "--write-cost",
+      a.write_cost,
+      "With cost_alpha online: write the fit in force at the end as a "
+      "calibration file (a next run's cost_alpha: FILE)");
   if (ab) {
     cmd->add_option(
            "--plot",

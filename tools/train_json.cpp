@@ -1,6 +1,8 @@
 // The --json object of `train` and `ab` (train_report.h).
 #include "train_report.h"
 
+#include "online_report.h"
+
 #include <vector>
 
 namespace frameshard {
@@ -114,6 +116,7 @@ nlohmann::json arm_json(const ArmRecord& arm) {
   j["measured_steps"] = s.measured_steps;
   add_frames(j, arm, s);
   add_mesh(j, arm, s);
+  add_online_json(j, arm);
   return j;
 }
 

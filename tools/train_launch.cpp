@@ -1,6 +1,8 @@
 // Groups of one training rank and the arms run on them (train_launch.h).
 #include "train_launch.h"
 
+#include "online_report.h"
+
 #include <frameshard/error.h>
 #include <frameshard/runtime/process_group.h>
 #include <frameshard/train/ab_plot.h>
@@ -96,6 +98,9 @@ ArmRecord run_arm(
           << std::endl;
     }
   }
+  if (trainer.online_cost() != nullptr) {
+    rec.online = *trainer.online_cost();
+  }
   return rec;
 }
 
@@ -183,6 +188,9 @@ int run_train_rank(
       } else {
         print_train_summary(std::cout, rec);
       }
+      if (!run.write_cost.empty()) {
+        write_cost_file(run.write_cost, rec);
+      }
     }
     return 0;
   }
@@ -193,7 +201,14 @@ int run_train_rank(
       rank_local_dedup(run.config) ? "rank-local" : "sharded",
       sharded_recipe(run.config),
       true);
-  return rank0 ? report_ab(run, rep, sh) : 0;
+  if (!rank0) {
+    return 0;
+  }
+  const int code = report_ab(run, rep, sh);
+  if (!run.write_cost.empty()) {
+    write_cost_file(run.write_cost, sh);
+  }
+  return code;
 }
 
 }  // namespace cli

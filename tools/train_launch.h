@@ -22,6 +22,9 @@ struct TrainRun {
   std::string plot;              // ab: the SVG written by rank 0 ("" = none)
   std::string backend = "auto";  // gloo | nccl | auto
   int local_world = 1;           // ranks on this node (threads per rank)
+  // --write-cost: rank 0 writes the sharded arm's online fit here at the
+  // end (online_report.h); "" = none.
+  std::string write_cost;
 };
 
 /// Runs one rank: `store_path` non-empty = a spawned local worker of

@@ -1,6 +1,8 @@
 // Progress lines, summary tables and JSON of `train` and `ab`.
 #include "train_report.h"
 
+#include "online_report.h"
+
 #include <frameshard/error.h>
 
 #include <algorithm>
@@ -220,7 +222,7 @@ std::string progress_line(
         std::to_string(job_count(job, ranks, &StepMetrics::frames_total)) +
         " distinct";
   }
-  return line;
+  return line + online_step_text(m);
 }
 
 namespace {
@@ -325,6 +327,7 @@ void print_train_summary(std::ostream& os, const ArmRecord& arm) {
         mib(s.peak_bytes_per_rank[r]).c_str());
     os << buf;
   }
+  print_online_summary(os, arm);
   if (!arm.steps.empty()) {
     os << "  final loss       " << fmt("%.6f", arm.steps.back().front().loss)
        << "\n";
@@ -429,6 +432,7 @@ void print_ab_summary(
        << " pooled, " << s.cp_only_steps << " cp-only"
        << fmt(" (mean predicted gain %.3f)\n", s.mesh_gain);
   }
+  print_online_summary(os, sharded);
   if (s.allgather_bytes_total > 0) {
     os << "  * visual bytes in: received over what the all-gather would move "
           "(all steps and ranks)\n";

@@ -8,6 +8,7 @@
 // replicas of one rank's count each (trainer.h, StepMetrics).
 #pragma once
 
+#include <frameshard/online_cost.h>
 #include <frameshard/train/ab_plot.h>
 #include <frameshard/train/trainer.h>
 
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -28,6 +30,9 @@ struct ArmRecord {
   std::vector<std::vector<train::StepMetrics>> steps;
   int64_t cp = 1;      // ranks per DP replica (global rank = replica * cp + c)
   bool dedup = false;  // the arm encodes each distinct frame once
+  // cost_alpha online: the model after the last step (rank 0's; empty
+  // without online). Reports print its fit; --write-cost writes it.
+  std::optional<OnlineCost> online;
 };
 
 struct ArmSummary {

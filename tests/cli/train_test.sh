@@ -73,6 +73,31 @@ if run_cmd train_off 0 "$BIN" train "${SMALL[@]}" --train.steps 2 \
   expect_out train_off 'vision path replicated'
 fi
 
+# 3b. cost_alpha online: steps 1-2 plan with FLOPs, then with the fit of
+#     the run's own tower times (each step prints the predicted and the
+#     measured slowest tower, a switch the model put in force, the summary
+#     the fit in force); --write-cost writes that fit as a calibration file
+#     a next run reads as cost_alpha: FILE.
+ALPHA=--distributed.multimodal.vision.frame_sharding.cost_alpha
+if run_cmd online 0 "$BIN" train "${SMALL[@]}" "$ALPHA" online \
+    --write-cost "$TMP/fit.txt"; then
+  expect_out online 'tower [0-9.e+-]+ s predicted, [0-9.e+-]+ s measured$'
+  expect_out online '^  cost model -> online: a=.*\(switched: '
+  expect_out online '^  cost model +online: a=.* switch(es)? over 4 calls\)$'
+  grep -Eq '^quadratic:[0-9.e+-]+,[0-9.e+-]+,[0-9.e+-]+$' "$TMP/fit.txt" ||
+    fail "online: --write-cost wrote no quadratic"
+  if run_cmd online_file 0 "$BIN" train "${SMALL[@]}" --train.steps 1 --json \
+      "$ALPHA" "$TMP/fit.txt"; then
+    grep -q "\"calibrated $TMP/fit.txt (quadratic a=" "$TMP/online_file.out" ||
+      fail "online_file: the run did not plan with the written fit"
+  fi
+fi
+run_cmd write_cost_auto 2 "$BIN" train --write-cost "$TMP/none.txt"
+expect_err write_cost_auto 'cost_alpha online with --write-cost, got auto'
+run_cmd write_cost_early 2 "$BIN" train "${SMALL[@]}" --train.steps 1 \
+  "$ALPHA" online --write-cost "$TMP/none.txt"
+expect_err write_cost_early 'expected a fit in force after 1 calls to write --write-cost'
+
 # 4. DP x CP: two replicas of CP 2 (4 ranks; CP subgroups) train like two
 #    replicas of CP 1: the same losses (each replica has its own batch).
 if run_cmd dp2cp2 0 "$BIN" train "${SMALL[@]}" --train.steps 2 --json \
