@@ -20,8 +20,7 @@ namespace python {
 
 OnlineRun::OnlineRun(PlanOptions base, OnlineCostOptions options)
     : base_(std::move(base)),
-      online_(flop_fit(base_.cost, base_.split.exchange_fixed_cost), options) {
-}
+      online_(flop_fit(base_.cost, base_.split.exchange_fixed_cost), options) {}
 
 PlanOptions OnlineRun::plan_options(PlanOptions base) const {
   return plan_options_with(online_.in_force(), std::move(base));
@@ -45,7 +44,8 @@ std::vector<double> OnlineRun::sample(
     for (const auto& u : plan["units"].cast<pybind11::list>()) {
       rows.push_back(u.cast<pybind11::dict>()["patch_rows"].cast<int64_t>());
     }
-    const auto d = to_doubles(workload_sample(rows, base_.cost, false, seconds));
+    const auto d =
+        to_doubles(workload_sample(rows, base_.cost, false, seconds));
     return {d.begin(), d.end()};
   }
   const auto ranks = plan["ranks"].cast<pybind11::list>();
@@ -56,8 +56,8 @@ std::vector<double> OnlineRun::sample(
       ranks.size(),
       "), got ",
       rank);
-  WorkloadSample s =
-      rank_sample(ranks[rank].cast<pybind11::dict>(), plan["split"].cast<bool>());
+  WorkloadSample s = rank_sample(
+      ranks[rank].cast<pybind11::dict>(), plan["split"].cast<bool>());
   s.seconds = seconds;
   const auto d = to_doubles(s);
   return {d.begin(), d.end()};
@@ -175,7 +175,9 @@ planned grid). True when the model in force changed.)doc")
 predicts it.)doc")
       .def_property_readonly(
           "in_force",
-          [](const OnlineRun& self) { return fit_dict(self.online().in_force()); })
+          [](const OnlineRun& self) {
+            return fit_dict(self.online().in_force());
+          })
       .def_property_readonly(
           "why", [](const OnlineRun& self) { return self.online().why(); })
       .def_property_readonly(

@@ -30,7 +30,8 @@ class OnlineRun {
   /// record_gathered, then update() re-planning `grid` (the last call's
   /// planned grid); true on a switch. False, nothing recorded, when no
   /// rank ran the tower.
-  bool learn(const std::vector<double>& gathered, const std::vector<GridThw>& grid);
+  bool learn(
+      const std::vector<double>& gathered, const std::vector<GridThw>& grid);
   /// The slowest rank of a plan dict as the fit in force predicts it.
   double predict_slowest(const pybind11::dict& plan) const;
   const OnlineCost& online() const {

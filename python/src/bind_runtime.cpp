@@ -3,8 +3,8 @@
 // they run (bindings.cpp). A Python tower that takes pieces gets a split
 // plan's pieces and its K/V exchange (frameshard/tower.h PieceExchange) as
 // a Python callable.
-#include "bindings.h"
 #include "bind_online.h"
+#include "bindings.h"
 
 #include <frameshard/dedup.h>
 #include <frameshard/error.h>
