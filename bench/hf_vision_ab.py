@@ -23,6 +23,9 @@ repeated so that drift hits them alike:
               out, the per-frame constants, then weighs the pieces against the whole frames)
               and the exchange latency frameshard.calibrate_exchange measures on the group
               (CPU clock, like the calibration), which a cut must pay per full-attention layer
+  online      cost_alpha "online": the FLOP model for the first calls, then a fit of the arm's
+              own tower times (no calibration step); split-online the same with split_frames.
+              Their calls include the warm-up: each call's slowest rank is printed (the curve)
 
 Per arm and repeat the slowest rank's process CPU seconds (ranks share the machine's cores:
 CPU time is the work a rank does) and wall seconds; the median over repeats; ratios to
@@ -48,7 +51,10 @@ import sys
 import tempfile
 import time
 
-ARMS_ALL = ("replicated", "frameshard", "calibrated", "preset", "greedy", "count", "split", "split-calibrated")
+ARMS_ALL = (
+    "replicated", "frameshard", "calibrated", "preset", "greedy", "count", "split", "split-calibrated",
+    "online", "split-online",
+)  # fmt: skip
 
 
 def arm_config(arm, family_preset, calibration=None, latency_us=None):
@@ -70,6 +76,10 @@ def arm_config(arm, family_preset, calibration=None, latency_us=None):
         # The Python towers take pieces (frameshard.hf._split): a frame larger than a rank's share
         # is cut, each piece attending to its whole frame's K/V (one exchange per layer).
         return frameshard.FrameShardingConfig(**base, split_frames=True)
+    if arm == "online":
+        return frameshard.FrameShardingConfig(**base, cost_alpha="online")
+    if arm == "split-online":
+        return frameshard.FrameShardingConfig(**base, split_frames=True, cost_alpha="online")
     if arm == "split-calibrated":
         return frameshard.FrameShardingConfig(
             **base, split_frames=True, cost_alpha=calibration, split_exchange_latency_us=latency_us
@@ -94,6 +104,14 @@ def batch_grid(preset, seed, scale):
 
     if preset.startswith("grid:"):
         return [tuple(int(x) for x in g) for g in json.loads(preset[len("grid:") :])]
+    if "+" in preset:
+        # "<preset>+<share>": the preset's frames, then one square-ish image of about `share` of
+        # all the rows (sides even: whole merged tokens).
+        name, share = preset.split("+")
+        grid = list(frameshard.workload(name, seed=seed, scale=scale))
+        rows = sum(t * h * w for t, h, w in grid) * float(share) / (1.0 - float(share))
+        side = max(2, int(round(rows**0.5 / 2)) * 2)
+        return grid + [(1, side, max(2, int(round(rows / side / 2)) * 2))]
     return frameshard.workload(preset, seed=seed, scale=scale)
 
 
@@ -145,6 +163,7 @@ def worker(args):
         pv = torch.randn(rows, features, generator=gen)
         weights = {}
         times = {arm: [] for arm in args.arms}
+        curve = {arm: [] for arm in args.arms}  # every call's, warm-up included
         plans = {}
         for rep in range(args.warmup + args.repeats):
             for arm in args.arms:
@@ -158,6 +177,10 @@ def worker(args):
                     )
                 visual.zero_grad(set_to_none=True)
                 dist.barrier()
+                profile = None
+                if args.profile and rep == args.warmup + args.repeats - 1 and arm != "replicated":
+                    profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                    profile.__enter__()
                 cpu0, wall0 = time.process_time(), time.perf_counter()
                 out = visual(pv, grid_thw=grid_t)
                 outs = [out.pooler_output] + list(getattr(out, "deepstack_features", None) or [])
@@ -169,6 +192,12 @@ def worker(args):
                     loss = loss + (weights[i] * o).sum()
                 loss.backward()
                 cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+                if profile is not None:
+                    profile.__exit__(None, None, None)
+                    name = "%s-%s-rank%d.txt" % (preset.replace("/", "_"), arm, args.rank)
+                    with open(os.path.join(args.profile, name), "w") as f:
+                        f.write(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+                curve[arm].append(cpu)
                 if rep >= args.warmup:
                     times[arm].append((cpu, wall))
                 if arm != "replicated" and arm not in plans:
@@ -186,7 +215,15 @@ def worker(args):
                         "rank_patch_rows": [r.local_patch_rows for r in p.ranks],
                     }
         hf.disable(visual)
-        results[preset] = {"grid": [list(g) for g in grid], "patch_rows": rows, "times": times, "plans": plans}
+        for arm in args.arms:
+            if arm.endswith("online"):
+                # One online arm a run (main): hf.enable keeps one model per module.
+                (state,) = frameshard.online_costs().values()
+                plans[arm].update(cost_model=state.fit, rank_patch_rows=state.rank_patch_rows)
+        frameshard._online._STATES.clear()  # the next preset learns afresh
+        results[preset] = {
+            "grid": [list(g) for g in grid], "patch_rows": rows, "times": times, "plans": plans, "curve": curve,
+        }  # fmt: skip
     gathered = [None] * args.cp
     dist.all_gather_object(gathered, results)
     if args.rank == 0:
@@ -220,6 +257,9 @@ def summarize(args, per_rank):
                 "cpu_spread": max(slow_cpu) / min(slow_cpu),
                 "per_rank_cpu_s": [statistics.median(t[0] for t in r[preset]["times"][arm]) for r in per_rank],
                 "plan": first["plans"].get(arm),
+                "curve_cpu_s": [
+                    max(r[preset]["curve"][arm][i] for r in per_rank) for i in range(len(first["curve"][arm]))
+                ],
             }
         rep = arms["replicated"]["slowest_rank_cpu_s"] if "replicated" in arms else None
         fs = arms["frameshard"]["slowest_rank_cpu_s"] if "frameshard" in arms else None
@@ -227,6 +267,7 @@ def summarize(args, per_rank):
             a["vs_replicated"] = a["slowest_rank_cpu_s"] / rep if rep else None
             a["vs_frameshard"] = a["slowest_rank_cpu_s"] / fs if fs else None
             a["vs_ideal"] = a["slowest_rank_cpu_s"] / (rep / args.cp) if rep else None
+            a["curve_vs_ideal"] = [c / (rep / args.cp) for c in a["curve_cpu_s"]] if rep else None
         report["presets"][preset] = {
             "patch_rows": first["patch_rows"],
             "frames": sum(g[0] for g in first["grid"]),
@@ -272,6 +313,9 @@ def print_report(report):
                     "%.3f" % a["vs_ideal"] if a["vs_ideal"] else "-",
                 )
             )
+            if arm.endswith("online") and a["curve_vs_ideal"]:
+                print("      calls /ideal: %s" % " ".join("%.2f" % c for c in a["curve_vs_ideal"]))
+                print("      fit: %s" % (a["plan"] or {}).get("cost_model"))
 
 
 def main():
@@ -283,7 +327,8 @@ def main():
     ap.add_argument(
         "--presets",
         default="mixed,doc,video,multi",
-        help="comma-separated C++ presets, workload JSON files or grid:[[t,h,w],...]",
+        help="comma-separated C++ presets (<preset>+0.4: with one more image of 40%% of the rows), "
+        "workload JSON files or grid:[[t,h,w],...]",
     )
     ap.add_argument("--scale", type=int, default=8, help="divide every frame's h and w by this")
     ap.add_argument("--seed", type=int, default=0)
@@ -298,6 +343,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--json", help="write the report here")
+    ap.add_argument(
+        "--profile", help="write each arm's last call's torch.profiler table (self CPU) per rank into this directory"
+    )
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
@@ -308,6 +356,8 @@ def main():
     args.calibration_sizes = [int(x) for x in args.calibration_sizes.split(",") if x]
     args.arms = [a for a in args.arms.split(",") if a] + (["split"] if args.split else [])
     unknown = [a for a in args.arms if a not in ARMS_ALL]
+    if "online" in args.arms and "split-online" in args.arms:
+        ap.error("--arms: expected one of online and split-online (hf.enable keeps one model per module), got both")
     if unknown:
         ap.error("--arms: expected some of %s, got %s" % (",".join(ARMS_ALL), ",".join(unknown)))
     if args.worker:

@@ -50,6 +50,7 @@ class OnlineCostState:
         predicted_slowest_seconds, measured_slowest_seconds: the last recorded call's slowest
             rank (tower forward + backward), as the model then in force predicted it and as the
             ranks measured it.
+        rank_patch_rows: the patch rows each rank's tower ran in the last call (its plan).
     """
 
     fit: str
@@ -59,6 +60,7 @@ class OnlineCostState:
     switches: int
     predicted_slowest_seconds: float
     measured_slowest_seconds: float
+    rank_patch_rows: list[int]
 
 
 def _clock(device: torch.device) -> float:
@@ -213,6 +215,7 @@ def online_costs() -> dict[str, OnlineCostState]:
             switches=int(state.cost.switches),
             predicted_slowest_seconds=state.predicted,
             measured_slowest_seconds=state.measured,
+            rank_patch_rows=[int(r["local_patch_rows"]) for r in (state.plan or {}).get("ranks", [])],
         )
     return out
 
