@@ -19,7 +19,8 @@
 //           min_frames: 32
 //           min_local_patch_rows: 96  # at most 2^20
 //           cost_alpha: auto    # or n >= 0, a tower preset, "automodel",
-//                               # "automodel:<preset>", "quadratic:a,b,c"
+//                               # "automodel:<preset>", "quadratic:a,b,c",
+//                               # "online" (frameshard/online_cost.h)
 //           partitioner: optimal  # * optimal | greedy | count | lpt
 //           gather: all           # * all: every rank gets every visual
 //                                 # row; owner: each row goes only to the

@@ -68,6 +68,7 @@ void OnlineStep::finish_step(
     const VisionStage& vision,
     double seconds,
     const ProcessGroupPtr& world,
+    bool mesh,
     StepMetrics& m) {
   const ShardPlan& plan = vision.plan();
   const std::vector<double> all = gather_doubles(
@@ -84,7 +85,13 @@ void OnlineStep::finish_step(
           std::max(m.measured_slowest_seconds, s.seconds);
     }
   }
-  if (!plan.frames.grid.empty()) {
+  if (mesh && plan.options.world != (world ? world->getSize() : 1)) {
+    // A mesh step that ran each replica's CP plan: the replicas planned
+    // different batches, and a judgement on this one would let their
+    // models -- which plan the next mesh step together -- part. Only the
+    // fit's error can then switch it.
+    last_grid_.clear();
+  } else if (!plan.frames.grid.empty()) {
     last_grid_ = plan.frames.grid;
     last_options_ = plan.options;
   }

@@ -51,10 +51,13 @@ class OnlineStep {
   /// Steps 2 and 3 of the banner for the step `vision` just ran, taking
   /// `seconds` as this rank's tower time; fills m's online fields.
   /// Collective over `world` (every rank, every step).
+  /// `mesh`: the step ran over the dp x cp mesh, whose next plan every
+  /// rank of the world makes together.
   void finish_step(
       const VisionStage& vision,
       double seconds,
       const ProcessGroupPtr& world,
+      bool mesh,
       StepMetrics& m);
 
   const OnlineCost& cost() const {

@@ -452,6 +452,7 @@ StepMetrics Trainer::forward_backward(int64_t step) {
         *s.vision,
         device.is_cuda() ? m.vision_seconds : m.vision_cpu_seconds,
         s.groups.world,
+        s.mesh,
         m);
   }
 
