@@ -188,6 +188,28 @@ TEST(OnlineTrainer, AReplicatedStepSamplesEveryFrameOfItsBatch) {
   }
 }
 
+TEST(OnlineTrainer, MeshStepsThatFallBackToEachReplicasPlanKeepOneModel) {
+  // policy auto with a gain no plan reaches: every step over the mesh runs
+  // each replica's own CP plan (different batches). The world's models
+  // must stay one: they plan the next mesh step together.
+  train::TrainConfig c = online_config(2, 1);
+  c.parallel.frame_sharding.mesh_dims = {"dp", "cp"};
+  c.parallel.frame_sharding.policy = "auto";
+  c.parallel.frame_sharding.mesh_min_gain = 0.99;
+  const std::vector<OnlineRank> ranks = run_online(c, true);
+  for (size_t q = 0; q < ranks.size(); ++q) {
+    SCOPED_TRACE("rank " + std::to_string(q));
+    const OnlineRank& r = ranks[q];
+    ASSERT_TRUE(r.online);
+    EXPECT_TRUE(r.fit.fitted);
+    expect_same_fit(r.fit, ranks[0].fit);
+    for (int64_t s = 0; s < kSteps; ++s) {
+      EXPECT_EQ(r.steps[s].cost_model, ranks[0].steps[s].cost_model);
+      EXPECT_NE(r.steps[s].mesh_mode, "mesh") << "step " << s;
+    }
+  }
+}
+
 TEST(OnlineTrainer, TheReplicatedArmPlansWithoutIt) {
   for (const OnlineRank& r : run_online(online_config(1, 2), false)) {
     EXPECT_FALSE(r.online);
