@@ -83,6 +83,7 @@ class Online:
         self.backward: list[float] = []  # [start, end] once seen
         self.handles: list[Any] = []
         self.predicted, self.measured = 0.0, 0.0
+        self.rank_patch_rows: list[int] = []  # the last finished call's plan
 
     def pending(self) -> list[float]:
         """This rank's sample of the last call (seconds 0: none to share), hooks removed."""
@@ -159,11 +160,13 @@ def prepare(
         )
         state = _STATES[(key, id(pg), world)] = Online(cost, what)
     mine = torch.tensor([state.pending()], dtype=torch.float64, device=_share_device(pg, pixel_values))
+    # Consumed: a call that then fails (no finish) leaves no sample to share twice.
+    last, state.plan = state.plan, None
     gathered = _C.all_gather_rows(mine, [1] * pg.size(), pg, options.timeout_ms)
     samples = gathered.cpu().flatten().tolist()
-    if any(samples[6::7]):
+    if any(samples[6::7]):  # every rank alike: the same samples decide
         state.measured = max(samples[6::7])
-        state.predicted = state.cost.predict_slowest(state.plan)
+        state.predicted = state.cost.predict_slowest(last) if last is not None else 0.0
         switched = state.cost.learn(samples, state.grid)
         log = _LOG.info if switched else _LOG.debug
         log(
@@ -182,6 +185,7 @@ def prepare(
 def finish(state: Online, plan: dict, pg: dist.ProcessGroup, on_mesh: bool) -> None:
     """After the call: keeps its plan (and the grid every rank planned, to weigh the next fit)."""
     state.plan = plan
+    state.rank_patch_rows = [int(r["local_patch_rows"]) for r in plan["ranks"]]
     ranks = len(plan["ranks"])
     state.rank = pg.rank() if ranks == pg.size() else pg.rank() % max(1, ranks)
     # A mesh step that fell back to each replica's CP plan planned different batches per
@@ -215,7 +219,7 @@ def online_costs() -> dict[str, OnlineCostState]:
             switches=int(state.cost.switches),
             predicted_slowest_seconds=state.predicted,
             measured_slowest_seconds=state.measured,
-            rank_patch_rows=[int(r["local_patch_rows"]) for r in (state.plan or {}).get("ranks", [])],
+            rank_patch_rows=list(state.rank_patch_rows),
         )
     return out
 
