@@ -145,7 +145,8 @@ def prepare(
     pixel_values: torch.Tensor,
 ) -> Online | None:
     """Before a call with cost_alpha online: shares and learns from the last call's samples (one
-    all-gather over `pg`) and sets options.online. None for any other cost_alpha. Collective."""
+    all-gather over `pg`); the caller plans with the returned state's `cost` (ShardCall.online).
+    None for any other cost_alpha. Collective."""
     if config.cost_alpha != ONLINE:
         return None
     world = options.cp_size * options.dp
@@ -178,7 +179,6 @@ def prepare(
             state.cost.why,
             state.cost.in_force["describe"],
         )
-    options.online = state.cost
     return state
 
 

@@ -242,6 +242,7 @@ def shard_vision(
         "shard_vision",
     )
     online = _online.prepare(key, what, pg, options, config, pixel_values)
+    options.online = online.cost if online is not None else None
     result, plan = _run(tower, pixel_values, grid_tensor(grid_thw), pg, options, mesh is not None, online)
     log_path(key, plan, what, config)
     return (result, plan) if return_plan else result

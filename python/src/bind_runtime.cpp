@@ -404,6 +404,7 @@ them, so the Python layer can check that it sets each one.)doc")
             "token_owner",
             "tower_dims",
             "takes_pieces",
+            "online",
             "dedup",
             "media_keys"};
       });
