@@ -2,7 +2,7 @@
 // every rank's, and the model's update (online_step.h).
 #include "train/online_step.h"
 
-#include <ATen/ATen.h>
+#include "train/gather_doubles.h"
 
 #include <algorithm>
 #include <string>
@@ -11,37 +11,6 @@
 namespace frameshard {
 namespace train {
 namespace detail {
-
-namespace {
-
-// Every rank's doubles in rank order (one all-gather; CPU doubles, which
-// Gloo and an NCCL group's Gloo backend move alike, no device sync).
-std::vector<double> gather_doubles(
-    const std::array<double, kWorkloadSampleDoubles>& mine,
-    const ProcessGroupPtr& world) {
-  const int64_t size = world ? world->getSize() : 1;
-  if (size == 1) {
-    return {mine.begin(), mine.end()};
-  }
-  const at::Tensor local = at::tensor(
-      std::vector<double>(mine.begin(), mine.end()),
-      at::TensorOptions().dtype(at::kDouble));
-  std::vector<std::vector<at::Tensor>> out(1);
-  for (int64_t q = 0; q < size; ++q) {
-    out[0].push_back(at::empty_like(local));
-  }
-  std::vector<at::Tensor> in{local};
-  world->allgather(out, in)->wait();
-  std::vector<double> all;
-  all.reserve(static_cast<size_t>(size) * kWorkloadSampleDoubles);
-  for (const at::Tensor& t : out[0]) {
-    const double* v = t.data_ptr<double>();
-    all.insert(all.end(), v, v + kWorkloadSampleDoubles);
-  }
-  return all;
-}
-
-}  // namespace
 
 WorkloadSample tower_sample(
     const std::vector<int64_t>& unit_rows,
@@ -71,9 +40,10 @@ void OnlineStep::finish_step(
     bool mesh,
     StepMetrics& m) {
   const ShardPlan& plan = vision.plan();
-  const std::vector<double> all = gather_doubles(
-      to_doubles(tower_sample(vision.tower_unit_rows(), plan, flops_, seconds)),
-      world);
+  const auto mine =
+      to_doubles(tower_sample(vision.tower_unit_rows(), plan, flops_, seconds));
+  const std::vector<double> all =
+      all_gather_doubles({mine.begin(), mine.end()}, world);
   // The fit in force planned this step: its prediction of the ranks that
   // ran, against their measured seconds (the same samples).
   for (size_t i = 0; i < all.size(); i += kWorkloadSampleDoubles) {

@@ -1,6 +1,8 @@
 // Every rank's metrics of one step, gathered over the world (trainer.h).
 #include <frameshard/train/trainer.h>
 
+#include "train/gather_doubles.h"
+
 #include <vector>
 
 namespace frameshard {
@@ -39,23 +41,10 @@ std::vector<StepMetrics> gather_step_metrics(
       mine.predicted_slowest_seconds,
       mine.measured_slowest_seconds,
       mine.cost_switched ? 1.0 : 0.0};
-  at::Tensor local = at::tensor(rec, at::TensorOptions().dtype(at::kDouble));
-  const int64_t world = groups.world ? groups.world->getSize() : 1;
-  std::vector<at::Tensor> all;
-  if (world > 1) {
-    std::vector<std::vector<at::Tensor>> out(1);
-    for (int64_t q = 0; q < world; ++q) {
-      out[0].push_back(at::empty_like(local));
-    }
-    std::vector<at::Tensor> in{local};
-    groups.world->allgather(out, in)->wait();
-    all = out[0];
-  } else {
-    all.push_back(local);
-  }
+  const std::vector<double> all = detail::all_gather_doubles(rec, groups.world);
   std::vector<StepMetrics> result;
-  for (const auto& t : all) {
-    const double* v = t.data_ptr<double>();
+  for (size_t offset = 0; offset < all.size(); offset += rec.size()) {
+    const double* v = all.data() + offset;
     StepMetrics m;
     m.step = static_cast<int64_t>(v[0]);
     m.loss = v[1];
