@@ -96,7 +96,8 @@ def learns(rank, world, group):
 
 
 class Paths(logging.Handler):
-    """The path hf.enable's calls took, from frameshard's log (a line per change of path)."""
+    """The path hf.enable's calls took, from frameshard's log (a line per change of path): the
+    last call's, and whether any call cut frames."""
 
     def __init__(self):
         super().__init__(logging.DEBUG)
@@ -106,7 +107,10 @@ class Paths(logging.Handler):
         message = record.getMessage()
         self.messages.append(message)
         if ": sharded over " in message:
-            self.path, self.split = "sharded", "frames cut across ranks" in message
+            # Any call that cut frames: the first (FLOPs) does; later the fit may learn that a
+            # cut does not pay on this tiny tower, and stop cutting.
+            self.path = "sharded"
+            self.split = self.split or "frames cut across ranks" in message
         elif ": replicated on " in message:
             self.path, self.split = "replicated", False
 
