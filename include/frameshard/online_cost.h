@@ -78,6 +78,10 @@ WorkloadSample workload_sample(
     bool split,
     double seconds);
 
+/// The rows of each segment of cu_seqlens (`cu`: 0, then running sums):
+/// cu[i + 1] - cu[i]; empty for fewer than 2 entries.
+std::vector<int64_t> segment_rows(const std::vector<int64_t>& cu);
+
 /// The sample of `rank` in `plan`: the frames its tower ran (its
 /// cu_seqlens segments: real frames and pieces, floor and dummy frames),
 /// split when the plan cut frames (every rank then joins the exchanges).

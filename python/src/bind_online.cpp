@@ -28,12 +28,11 @@ PlanOptions OnlineRun::plan_options(PlanOptions base) const {
 
 WorkloadSample OnlineRun::rank_sample(
     const pybind11::dict& rank, bool split) const {
-  const auto cu = rank["cu_seqlens"].cast<std::vector<int64_t>>();
-  std::vector<int64_t> rows;
-  for (std::size_t i = 1; i < cu.size(); ++i) {
-    rows.push_back(cu[i] - cu[i - 1]);
-  }
-  return workload_sample(rows, base_.cost, split, 0.0);
+  return workload_sample(
+      segment_rows(rank["cu_seqlens"].cast<std::vector<int64_t>>()),
+      base_.cost,
+      split,
+      0.0);
 }
 
 std::vector<double> OnlineRun::sample(

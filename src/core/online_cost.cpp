@@ -135,6 +135,14 @@ WorkloadSample workload_sample(
   return s;
 }
 
+std::vector<int64_t> segment_rows(const std::vector<int64_t>& cu) {
+  std::vector<int64_t> rows;
+  for (std::size_t i = 1; i < cu.size(); ++i) {
+    rows.push_back(cu[i] - cu[i - 1]);
+  }
+  return rows;
+}
+
 WorkloadSample rank_workload(
     const ShardPlan& plan,
     int64_t rank,
@@ -147,12 +155,8 @@ WorkloadSample rank_workload(
       plan.ranks.size(),
       "), got ",
       rank);
-  const std::vector<int64_t>& cu = plan.ranks[rank].cu_seqlens;
-  std::vector<int64_t> rows;
-  for (std::size_t i = 1; i < cu.size(); ++i) {
-    rows.push_back(cu[i] - cu[i - 1]);
-  }
-  return workload_sample(rows, flops, plan.split, seconds);
+  return workload_sample(
+      segment_rows(plan.ranks[rank].cu_seqlens), flops, plan.split, seconds);
 }
 
 std::array<double, kWorkloadSampleDoubles> to_doubles(const WorkloadSample& s) {

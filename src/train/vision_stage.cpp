@@ -2,6 +2,7 @@
 // in two phases (see vision_stage.h).
 #include "train/vision_stage.h"
 
+#include <frameshard/online_cost.h>
 #include <frameshard/runtime/frame_keys.h>
 #include <frameshard/runtime/gather.h>
 
@@ -311,18 +312,13 @@ void VisionStage::count_mesh_frames(
 }
 
 std::vector<int64_t> VisionStage::tower_unit_rows() const {
-  std::vector<int64_t> rows;
   if (!tower_cu_seqlens_.defined()) {
-    return rows;
+    return {};
   }
   // After the tower's timing: on a GPU this copy waits for nothing more.
   const at::Tensor cu = tower_cu_seqlens_.to(at::kCPU, at::kLong).contiguous();
   const int64_t* v = cu.data_ptr<int64_t>();
-  rows.reserve(static_cast<size_t>(std::max<int64_t>(0, cu.numel() - 1)));
-  for (int64_t i = 1; i < cu.numel(); ++i) {
-    rows.push_back(v[i] - v[i - 1]);
-  }
-  return rows;
+  return segment_rows({v, v + cu.numel()});
 }
 
 void read_vision_metrics(const VisionStage& v, StepMetrics& m) {
