@@ -178,7 +178,7 @@ def worker(args):
                 visual.zero_grad(set_to_none=True)
                 dist.barrier()
                 profile = None
-                if args.profile and rep == args.warmup + args.repeats - 1 and arm != "replicated":
+                if args.profile and rep == args.warmup + args.repeats - 1:
                     profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
                     profile.__enter__()
                 cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -196,7 +196,7 @@ def worker(args):
                     profile.__exit__(None, None, None)
                     name = "%s-%s-rank%d.txt" % (preset.replace("/", "_"), arm, args.rank)
                     with open(os.path.join(args.profile, name), "w") as f:
-                        f.write(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+                        f.write(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=200))
                 curve[arm].append(cpu)
                 if rep >= args.warmup:
                     times[arm].append((cpu, wall))

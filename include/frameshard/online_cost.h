@@ -4,18 +4,23 @@
 // times instead of a separate calibration.
 //
 // Each sharded call, every rank times its tower (forward plus backward) and
-// describes its workload by five features: over its frame units of p rows,
-// sum p^2, sum p and the frames; its tower calls; and whether its plan cut
-// frames (1 per split call, for the K/V exchanges' fixed latency). The
-// caller shares every rank's samples (one small all-gather), so every rank
-// records the same numbers in the same order and computes the same fit in
-// float64: the plans stay bitwise identical across ranks without more
-// communication. The fit, by non-negative least squares on relative errors
-// (the calibration's, frameshard/calibrate.h):
+// describes its workload by six features: over its frame units of p rows,
+// sum p^2, sum p and the frames (a piece of q rows of a split frame of p
+// rows counts q p, q and 1: its queries attend to the whole frame); its tower
+// calls; whether its plan cut frames (1 per split call, for the K/V
+// exchanges' fixed latency); and the K/V rows it receives for its pieces
+// (p - q each). The caller shares every rank's samples (one small
+// all-gather), so every rank records the same numbers in the same order and
+// computes the same fit in float64: the plans stay bitwise identical across
+// ranks without more communication. The fit, by non-negative least squares
+// on relative errors (the calibration's, frameshard/calibrate.h):
 //
 //   seconds = a sum p^2 + b sum p + c frames + per_call calls
-//             + exchange_fixed split_calls,          all coefficients >= 0
+//             + exchange_fixed split_calls + exchange_row exchange_rows,
+//                                                 all coefficients >= 0
 //
+// -- the split planner's own piece cost (frameshard/split_plan.h), so the
+// plan weighs a cut with what the run measured --
 // over a window of recent samples, outliers rejected (a relative residual
 // beyond `outlier_mads` scaled median absolute deviations, and never one
 // under `min_outlier`: a straggling call does not bend it). When it is used:
@@ -65,15 +70,34 @@ struct WorkloadSample {
   double frames = 0.0;       // units (frames and frame pieces)
   double calls = 0.0;        // tower calls (1 for a rank with work)
   double split_calls = 0.0;  // 1 when its plan cut frames, else 0
+  /// K/V rows it receives per full-attention layer: over its pieces, the
+  /// whole frame's rows less the piece's.
+  double exchange_rows = 0.0;
   /// The FLOP model's cost of the same units, in its own units (the window
   /// term included), to compare the fit against.
   double flop_cost = 0.0;
   double seconds = 0.0;  // forward plus backward
 };
 
-/// The sample of one rank's units: their patch rows (each unit p rows).
+/// The sample of one rank's units: their patch rows (each unit p rows,
+/// whole frames).
 WorkloadSample workload_sample(
     const std::vector<int64_t>& unit_rows,
+    const CostModel& flops,
+    bool split,
+    double seconds);
+
+/// The sample of one tower call's input (frameshard/tower.h TowerInput):
+/// its segments `cu` (one per local frame), its local `grid` (a piece's
+/// frame has its own row, the whole frame's geometry) and its `pieces`.
+/// A piece of q rows of a p-row frame counts as the split planner costs it
+/// (q p, q, 1 and p - q K/V rows received); its FLOP cost is the frame's
+/// per-row cost times q plus the per-frame constant. Throws
+/// frameshard::Error naming a piece that does not match its segment.
+WorkloadSample call_workload(
+    const std::vector<int64_t>& cu,
+    const std::vector<GridThw>& grid,
+    const std::vector<FramePiece>& pieces,
     const CostModel& flops,
     bool split,
     double seconds);
@@ -82,9 +106,10 @@ WorkloadSample workload_sample(
 /// cu[i + 1] - cu[i]; empty for fewer than 2 entries.
 std::vector<int64_t> segment_rows(const std::vector<int64_t>& cu);
 
-/// The sample of `rank` in `plan`: the frames its tower ran (its
-/// cu_seqlens segments: real frames and pieces, floor and dummy frames),
-/// split when the plan cut frames (every rank then joins the exchanges).
+/// The sample of `rank` in `plan`: the frames its tower ran (call_workload
+/// of its cu_seqlens, grid and pieces: real frames and pieces, floor and
+/// dummy frames), split when the plan cut frames (every rank then joins the
+/// exchanges).
 WorkloadSample rank_workload(
     const ShardPlan& plan,
     int64_t rank,
@@ -93,7 +118,7 @@ WorkloadSample rank_workload(
 
 /// A sample as the doubles one all-gather shares (field order of
 /// WorkloadSample), and back.
-constexpr std::size_t kWorkloadSampleDoubles = 7;
+constexpr std::size_t kWorkloadSampleDoubles = 8;
 std::array<double, kWorkloadSampleDoubles> to_doubles(const WorkloadSample& s);
 WorkloadSample from_doubles(const double* d);
 
@@ -112,6 +137,7 @@ struct WorkloadFit {
   CostModel model;                  // a, b, c per unit (seconds when fitted)
   double per_call = 0.0;            // seconds per tower call
   double exchange_fixed = 0.0;      // seconds a split call adds (cost units)
+  double exchange_row = 0.0;        // seconds per K/V row received (fitted)
   bool fitted = false;              // false: the FLOP model (flop_fit)
   double rms_relative_error = 0.0;  // on the samples it was fitted to
   /// The FLOP model on the same samples, at its best seconds per unit.
@@ -123,7 +149,7 @@ struct WorkloadFit {
   /// Predicted seconds of a sample (the FLOP model: flop_cost times its
   /// seconds per unit).
   double predict(const WorkloadSample& s) const;
-  /// "online: a=.. b=.. c=.. per_call=.. split=.. s (rms 2.1 %, FLOPs
+  /// "online: a=.. b=.. c=.. per_call=.. split=.. kv_row=.. s (rms 2.1 %, FLOPs
   /// 14.0 %, 48 samples, 1 rejected)", or the FLOP model's label.
   std::string describe() const;
 };
@@ -140,8 +166,10 @@ WorkloadFit fit_workloads(
     const OnlineCostOptions& options = {});
 
 /// `options` planning with `fit`: its model (seconds once fitted), its
-/// split latency as split.exchange_fixed_cost, and split.exchange_row_cost
-/// moved from the units of options.cost into the fit's (seconds_per_unit).
+/// split latency as split.exchange_fixed_cost, and as
+/// split.exchange_row_cost its fitted seconds per K/V row, or (the FLOP
+/// model) the options' own moved from the units of options.cost into the
+/// fit's (seconds_per_unit).
 PlanOptions plan_options_with(const WorkloadFit& fit, PlanOptions options);
 
 /// The slowest rank of `plan` as `judge` predicts it (seconds).

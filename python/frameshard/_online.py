@@ -4,8 +4,10 @@ One `_C.OnlineCost` per sharded caller (a tower's code, an enabled vision module
 (include/frameshard/online_cost.h has the fit and the rules that switch it). Each call:
 
 1. every rank shares the previous call's sample -- its workload (sum p^2, sum p, frames, calls,
-   split) and its tower's forward plus backward seconds -- in one all-gather of 7 float64 per
-   rank over the call's group (frameshard's own, with its timeout: a dead peer is an error);
+   split, K/V rows received; a piece of a split frame counted as the planner costs it) and its
+   tower's forward plus backward seconds -- in one all-gather of `_C.OnlineCost.SAMPLE_SIZE` (8)
+   float64 per rank over the call's group (frameshard's own, with its timeout: a dead peer is
+   an error);
 2. every rank records the same numbers in the same order and refits in float64, so the model in
    force, and the plan it makes, are bitwise identical on every rank (encode's consensus checks
    the plan);
@@ -91,7 +93,7 @@ class Online:
             h.remove()
         self.handles = []
         if self.plan is None:
-            return [0.0] * 7
+            return [0.0] * _C.OnlineCost.SAMPLE_SIZE
         seconds = self.forward
         if self.call_trains:
             seconds = seconds + self.backward[1] - self.backward[0] if len(self.backward) == 2 else 0.0
@@ -99,7 +101,9 @@ class Online:
             self.trains = self.call_trains
         if self.call_trains != self.trains:
             seconds = 0.0
-        return list(self.cost.sample(self.plan, self.rank, seconds)) if seconds > 0 else [0.0] * 7
+        return (
+            list(self.cost.sample(self.plan, self.rank, seconds)) if seconds > 0 else [0.0] * _C.OnlineCost.SAMPLE_SIZE
+        )
 
     def time_tower(self, run: Callable[[], list[torch.Tensor]], tower: object, device: torch.device) -> list:
         """run() timed; hooks that time its backward (when its outputs need gradients)."""
@@ -165,8 +169,10 @@ def prepare(
     last, state.plan = state.plan, None
     gathered = _C.all_gather_rows(mine, [1] * pg.size(), pg, options.timeout_ms)
     samples = gathered.cpu().flatten().tolist()
-    if any(samples[6::7]):  # every rank alike: the same samples decide
-        state.measured = max(samples[6::7])
+    size = _C.OnlineCost.SAMPLE_SIZE
+    seconds = samples[size - 1 :: size]
+    if any(seconds):  # every rank alike: the same samples decide
+        state.measured = max(seconds)
         state.predicted = state.cost.predict_slowest(last) if last is not None else 0.0
         switched = state.cost.learn(samples, state.grid)
         log = _LOG.info if switched else _LOG.debug

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 namespace frameshard {
@@ -28,8 +29,21 @@ PlanOptions OnlineRun::plan_options(PlanOptions base) const {
 
 WorkloadSample OnlineRun::rank_sample(
     const pybind11::dict& rank, bool split) const {
-  return workload_sample(
-      segment_rows(rank["cu_seqlens"].cast<std::vector<int64_t>>()),
+  std::vector<GridThw> grid;
+  for (const auto& g : rank["grid"].cast<pybind11::list>()) {
+    const auto t = g.cast<std::tuple<int64_t, int64_t, int64_t>>();
+    grid.push_back(GridThw{std::get<0>(t), std::get<1>(t), std::get<2>(t)});
+  }
+  std::vector<FramePiece> pieces;
+  for (const auto& p : rank["pieces"].cast<pybind11::list>()) {
+    const auto t = p.cast<std::tuple<int64_t, int64_t, int64_t>>();
+    pieces.push_back(
+        FramePiece{std::get<0>(t), std::get<1>(t), std::get<2>(t)});
+  }
+  return call_workload(
+      rank["cu_seqlens"].cast<std::vector<int64_t>>(),
+      grid,
+      pieces,
       base_.cost,
       split,
       0.0);
@@ -90,6 +104,9 @@ double OnlineRun::predict_slowest(const pybind11::dict& plan) const {
 
 namespace {
 
+// The floats of one rank's sample (its seconds last), for Python.
+const int64_t kSampleSize = static_cast<int64_t>(kWorkloadSampleDoubles);
+
 pybind11::dict fit_dict(const WorkloadFit& f) {
   pybind11::dict d;
   d["fitted"] = f.fitted;
@@ -98,6 +115,7 @@ pybind11::dict fit_dict(const WorkloadFit& f) {
   d["c"] = f.model.c;
   d["per_call"] = f.per_call;
   d["exchange_fixed"] = f.exchange_fixed;
+  d["exchange_row"] = f.exchange_row;
   d["rms_relative_error"] = f.rms_relative_error;
   d["flop_rms_relative_error"] = f.flop_rms_relative_error;
   d["used"] = f.used;
@@ -153,7 +171,7 @@ thread-safe; every rank makes the same calls in the same order.)doc")
           py::arg("rank"),
           py::arg("seconds"),
           R"doc(Rank `rank`'s sample of a plan dict (the frames its tower ran)
-with `seconds`: 7 floats, what the all-gather shares.)doc")
+with `seconds`: SAMPLE_SIZE floats, what the all-gather shares.)doc")
       .def(
           "learn",
           [](OnlineRun& self,
@@ -163,7 +181,8 @@ with `seconds`: 7 floats, what the all-gather shares.)doc")
           },
           py::arg("gathered"),
           py::arg("grid_thw"),
-          R"doc(Records every rank's samples (7 floats each; seconds 0: the rank
+          R"doc(Records every rank's samples (SAMPLE_SIZE floats each, seconds last;
+seconds 0: the rank
 ran no tower) and updates the fit, re-planning grid_thw (the last call's
 planned grid). True when the model in force changed.)doc")
       .def(
@@ -172,6 +191,7 @@ planned grid). True when the model in force changed.)doc")
           py::arg("plan"),
           R"doc(The slowest rank of a plan dict in seconds, as the model in force
 predicts it.)doc")
+      .def_readonly_static("SAMPLE_SIZE", &kSampleSize)
       .def_property_readonly(
           "in_force",
           [](const OnlineRun& self) {

@@ -15,7 +15,7 @@
 
 namespace frameshard::detail {
 
-constexpr int kMaxFeatures = 5;
+constexpr int kMaxFeatures = 6;
 using FeatureRow = std::array<double, kMaxFeatures>;
 
 struct NnlsFit {

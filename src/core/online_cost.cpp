@@ -15,7 +15,7 @@ namespace frameshard {
 namespace {
 
 detail::FeatureRow features(const WorkloadSample& s) {
-  return {s.sum_p2, s.sum_p, s.frames, s.calls, s.split_calls};
+  return {s.sum_p2, s.sum_p, s.frames, s.calls, s.split_calls, s.exchange_rows};
 }
 
 void check_samples(const char* fn, const std::vector<WorkloadSample>& samples) {
@@ -36,6 +36,7 @@ void check_samples(const char* fn, const std::vector<WorkloadSample>& samples) {
         {"frames", s.frames},
         {"calls", s.calls},
         {"split_calls", s.split_calls},
+        {"exchange_rows", s.exchange_rows},
         {"flop_cost", s.flop_cost}};
     for (const auto& [name, v] : named) {
       FRAMESHARD_CHECK(
@@ -75,6 +76,7 @@ WorkloadFit fit_once(const std::vector<WorkloadSample>& samples) {
   fit.model = CostModel::quadratic(x[0], x[1], x[2]);
   fit.per_call = x[3];
   fit.exchange_fixed = x[4];
+  fit.exchange_row = x[5];
   fit.fitted = true;
   fit.used = static_cast<int64_t>(samples.size());
   fit.rms_relative_error = rms_error(samples, fit);
@@ -135,6 +137,64 @@ WorkloadSample workload_sample(
   return s;
 }
 
+namespace {
+
+// The rows of each local frame of `grid` (t frames of h * w rows a row).
+std::vector<int64_t> frame_rows_of(const std::vector<GridThw>& grid) {
+  std::vector<int64_t> rows;
+  for (const GridThw& g : grid) {
+    rows.insert(rows.end(), static_cast<size_t>(g.t), g.h * g.w);
+  }
+  return rows;
+}
+
+}  // namespace
+
+WorkloadSample call_workload(
+    const std::vector<int64_t>& cu,
+    const std::vector<GridThw>& grid,
+    const std::vector<FramePiece>& pieces,
+    const CostModel& flops,
+    bool split,
+    double seconds) {
+  const std::vector<int64_t> rows = segment_rows(cu);
+  WorkloadSample s = workload_sample(rows, flops, split, seconds);
+  if (pieces.empty()) {
+    return s;
+  }
+  const std::vector<int64_t> whole = frame_rows_of(grid);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const FramePiece& piece = pieces[i];
+    const auto f = static_cast<size_t>(piece.frame);
+    FRAMESHARD_CHECK(
+        piece.frame >= 0 && f < rows.size() && f < whole.size() &&
+            rows[f] == piece.rows() && whole[f] >= piece.rows(),
+        "call_workload",
+        "expected pieces[",
+        i,
+        "] (frame ",
+        piece.frame,
+        ", rows [",
+        piece.begin,
+        ", ",
+        piece.end,
+        ")) to be a local frame's segment within its grid row, got ",
+        f < rows.size() ? std::to_string(rows[f]) : std::string("no"),
+        " segment rows and ",
+        f < whole.size() ? std::to_string(whole[f]) : std::string("no"),
+        " frame rows");
+    // Counted above as a frame of q rows; as the split planner costs it,
+    // its queries attend to all p rows and it receives the other p - q.
+    const double q = static_cast<double>(rows[f]);
+    const double p = static_cast<double>(whole[f]);
+    s.sum_p2 += q * p - q * q;
+    s.exchange_rows += p - q;
+    s.flop_cost +=
+        flops.c + q * (flops(whole[f]) - flops.c) / p - flops(rows[f]);
+  }
+  return s;
+}
+
 std::vector<int64_t> segment_rows(const std::vector<int64_t>& cu) {
   std::vector<int64_t> rows;
   for (std::size_t i = 1; i < cu.size(); ++i) {
@@ -155,8 +215,9 @@ WorkloadSample rank_workload(
       plan.ranks.size(),
       "), got ",
       rank);
-  return workload_sample(
-      segment_rows(plan.ranks[rank].cu_seqlens), flops, plan.split, seconds);
+  const RankShard& rs = plan.ranks[static_cast<size_t>(rank)];
+  return call_workload(
+      rs.cu_seqlens, rs.grid, rs.pieces, flops, plan.split, seconds);
 }
 
 std::array<double, kWorkloadSampleDoubles> to_doubles(const WorkloadSample& s) {
@@ -166,6 +227,7 @@ std::array<double, kWorkloadSampleDoubles> to_doubles(const WorkloadSample& s) {
       s.frames,
       s.calls,
       s.split_calls,
+      s.exchange_rows,
       s.flop_cost,
       s.seconds};
 }
@@ -177,8 +239,9 @@ WorkloadSample from_doubles(const double* d) {
   s.frames = d[2];
   s.calls = d[3];
   s.split_calls = d[4];
-  s.flop_cost = d[5];
-  s.seconds = d[6];
+  s.exchange_rows = d[5];
+  s.flop_cost = d[6];
+  s.seconds = d[7];
   return s;
 }
 
@@ -188,7 +251,9 @@ PlanOptions plan_options_with(const WorkloadFit& fit, PlanOptions options) {
   // seconds would make every cut look ~1e9 times too dear.
   const double from = options.cost.seconds_per_unit;
   const double to = fit.model.seconds_per_unit;
-  if (from > 0.0 && to > 0.0) {
+  if (fit.fitted) {
+    options.split.exchange_row_cost = fit.exchange_row;  // measured
+  } else if (from > 0.0 && to > 0.0) {
     options.split.exchange_row_cost *= from / to;
   }
   options.cost = fit.model;
@@ -214,7 +279,8 @@ double WorkloadFit::predict(const WorkloadSample& s) const {
            flop_seconds_per_unit;
   }
   return model.a * s.sum_p2 + model.b * s.sum_p + model.c * s.frames +
-         per_call * s.calls + exchange_fixed * s.split_calls;
+         per_call * s.calls + exchange_fixed * s.split_calls +
+         exchange_row * s.exchange_rows;
 }
 
 std::string WorkloadFit::describe() const {
@@ -223,7 +289,8 @@ std::string WorkloadFit::describe() const {
   }
   return "online: a=" + number(model.a) + " b=" + number(model.b) +
          " c=" + number(model.c) + " per_call=" + number(per_call) +
-         " split=" + number(exchange_fixed) + " s (rms " +
+         " split=" + number(exchange_fixed) +
+         " kv_row=" + number(exchange_row) + " s (rms " +
          percent(rms_relative_error) + ", FLOPs " +
          percent(flop_rms_relative_error) + ", " + std::to_string(used) +
          " samples, " + std::to_string(rejected) + " rejected)";

@@ -13,16 +13,17 @@ namespace train {
 namespace detail {
 
 WorkloadSample tower_sample(
-    const std::vector<int64_t>& unit_rows,
+    const VisionStage& vision,
     const ShardPlan& plan,
     const CostModel& flops,
     double seconds) {
-  if (unit_rows.empty() || !(seconds > 0.0)) {
+  if (!(seconds > 0.0)) {
     return WorkloadSample{};  // no tower this step: record_gathered skips it
   }
   // A split plan: every rank of the group joins the K/V exchanges.
-  return workload_sample(
-      unit_rows, flops, plan.sharded() && plan.split, seconds);
+  WorkloadSample s =
+      vision.tower_workload(flops, plan.sharded() && plan.split, seconds);
+  return s.calls > 0.0 ? s : WorkloadSample{};
 }
 
 OnlineStep::OnlineStep(const PlanOptions& flop_plan)
@@ -40,8 +41,7 @@ void OnlineStep::finish_step(
     bool mesh,
     StepMetrics& m) {
   const ShardPlan& plan = vision.plan();
-  const auto mine =
-      to_doubles(tower_sample(vision.tower_unit_rows(), plan, flops_, seconds));
+  const auto mine = to_doubles(tower_sample(vision, plan, flops_, seconds));
   const std::vector<double> all =
       all_gather_doubles({mine.begin(), mine.end()}, world);
   // The fit in force planned this step: its prediction of the ranks that

@@ -73,12 +73,13 @@ class OnlineStep {
   PlanOptions last_options_;
 };
 
-/// This rank's sample: the tower's segments (`unit_rows`), split when the
-/// plan cut frames, 0 seconds (skipped by record_gathered) when the tower
-/// did not run. On a sharded step equal to rank_workload(plan, rank) of the
-/// rank's index in the plan.
+/// This rank's sample: the tower call of this step (VisionStage::
+/// tower_workload: its segments, grid and pieces), split when the plan cut
+/// frames, 0 seconds (skipped by record_gathered) when the tower did not
+/// run. On a sharded step equal to rank_workload(plan, rank) of the rank's
+/// index in the plan.
 WorkloadSample tower_sample(
-    const std::vector<int64_t>& unit_rows,
+    const VisionStage& vision,
     const ShardPlan& plan,
     const CostModel& flops,
     double seconds);

@@ -76,6 +76,8 @@ std::vector<at::Tensor> VisionStage::run_tower(const TowerInput& input) {
   input_ = input;
   tower_rows_ = input.pixel_values.size(0);
   tower_cu_seqlens_ = input.cu_seqlens;
+  tower_grid_ = input.grid_thw;
+  tower_pieces_ = input.pieces;
   tower_leaf_.clear();
   for (const auto& t : tower_out_) {
     tower_leaf_.push_back(t.detach().requires_grad_(true));
@@ -93,6 +95,8 @@ void VisionStage::begin_step() {
   tower_peak_bytes_ = 0;
   tower_rows_ = 0;
   tower_cu_seqlens_ = at::Tensor();
+  tower_grid_ = at::Tensor();
+  tower_pieces_.clear();
   bytes_received_ = 0;
   allgather_bytes_received_ = 0;
   plan_ = ShardPlan{};
@@ -311,14 +315,21 @@ void VisionStage::count_mesh_frames(
   }
 }
 
-std::vector<int64_t> VisionStage::tower_unit_rows() const {
+WorkloadSample VisionStage::tower_workload(
+    const CostModel& flops, bool split, double seconds) const {
   if (!tower_cu_seqlens_.defined()) {
-    return {};
+    return WorkloadSample{};
   }
-  // After the tower's timing: on a GPU this copy waits for nothing more.
+  // After the tower's timing: on a GPU these copies wait for nothing more.
   const at::Tensor cu = tower_cu_seqlens_.to(at::kCPU, at::kLong).contiguous();
   const int64_t* v = cu.data_ptr<int64_t>();
-  return segment_rows({v, v + cu.numel()});
+  return call_workload(
+      {v, v + cu.numel()},
+      grid_from_tensor(tower_grid_.to(at::kCPU)),
+      tower_pieces_,
+      flops,
+      split,
+      seconds);
 }
 
 void read_vision_metrics(const VisionStage& v, StepMetrics& m) {

@@ -30,6 +30,7 @@
 // Defined in src/train/vision_stage.cpp.
 #pragma once
 
+#include <frameshard/online_cost.h>
 #include <frameshard/runtime/encode.h>
 #include <frameshard/runtime/mesh_encode.h>
 #include <frameshard/train/memory_stats.h>
@@ -124,10 +125,12 @@ class VisionStage {
   int64_t tower_rows() const {
     return tower_rows_;
   }
-  /// The patch rows of each frame unit (cu_seqlens segment: frames, pieces,
-  /// floor and dummy frames) the tower ran on this step; empty when it did
-  /// not run. What cost_alpha online fits (train/online_step.h).
-  std::vector<int64_t> tower_unit_rows() const;
+  /// The tower call of this step as cost_alpha online samples it
+  /// (call_workload of its segments, grid and pieces: frames, pieces, floor
+  /// and dummy frames); an empty sample (calls 0) when it did not run.
+  /// What train/online_step.h fits.
+  WorkloadSample tower_workload(
+      const CostModel& flops, bool split, double seconds) const;
   /// Visual bytes this rank received in the forward collective, and what
   /// the all-gather would have brought (EncodeResult).
   int64_t bytes_received() const {
@@ -189,7 +192,9 @@ class VisionStage {
   int64_t tower_peak_bytes_ = 0;
   int64_t peak_before_tower_ = 0;
   int64_t tower_rows_ = 0;
-  at::Tensor tower_cu_seqlens_;  // the tower's segments (tower_unit_rows)
+  at::Tensor tower_cu_seqlens_;  // the tower's segments (tower_workload)
+  at::Tensor tower_grid_;        // and its local grid
+  std::vector<FramePiece> tower_pieces_;
   int64_t bytes_received_ = 0;
   int64_t allgather_bytes_received_ = 0;
 };

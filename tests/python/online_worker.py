@@ -115,6 +115,23 @@ class Paths(logging.Handler):
             self.path, self.split = "replicated", False
 
 
+def piece_sample(rank_plan):
+    """(sum p^2, sum p, frames, K/V rows received) of a plan's rank as the split planner costs it,
+    written from frameshard/split_plan.h: a piece of q rows of a p-row frame attends to all p."""
+    cu = rank_plan["cu_seqlens"]
+    whole = [h * w for t, h, w in rank_plan["grid"] for _ in range(t)]
+    rows = [b - a for a, b in zip(cu[:-1], cu[1:], strict=True)]
+    attends = list(rows)
+    for frame, _, _ in rank_plan["pieces"]:
+        attends[frame] = whole[frame]
+    return [
+        sum(q * p for q, p in zip(rows, attends, strict=True)),
+        sum(rows),
+        len(rows),
+        sum(p - q for q, p in zip(rows, attends, strict=True)),
+    ]
+
+
 def qwen3(rank, world, group):
     base = split_models.build("qwen3_vl")
     grid, _ = split_worker.split_grid("mixed", world, base)
@@ -127,11 +144,15 @@ def qwen3(rank, world, group):
     level = logger.level
     logger.addHandler(paths)
     logger.setLevel(logging.DEBUG)
+    samples = []  # of the split calls: this rank's sample, and the one its plan implies
     for _ in range(4):
         base.zero_grad()
         out = split_models.outputs(base(pv, grid_thw=registry.tower_grid(registry.of_vision(base), torch.tensor(grid))))
         loss = sum((worker_common.rank_weights(o, rank, i) * o).sum() for i, o in enumerate(out))
         loss.backward()
+        (online,) = [o for o in frameshard._online._STATES.values() if o.what == "hf.enable(%s)" % type(base).__name__]
+        if online.plan["split"]:
+            samples.append((list(online.cost.sample(online.plan, rank, 1.0)), piece_sample(online.plan["ranks"][rank])))
     hf.disable(base)
     logger.removeHandler(paths)
     logger.setLevel(level)
@@ -141,7 +162,7 @@ def qwen3(rank, world, group):
     grad_diff, grad_scale = worker_common.compare(worker_common.reduced_grads(base, group), ref_grads)
     state = frameshard.online_costs()["hf.enable(%s)" % type(base).__name__]
     return dict(
-        state=state.__dict__, path=paths.path, split=paths.split, logged=paths.messages,
+        state=state.__dict__, path=paths.path, split=paths.split, logged=paths.messages, samples=samples,
         out_diff=out_diff, out_scale=out_scale, grad_diff=grad_diff, grad_scale=grad_scale,
     )  # fmt: skip
 

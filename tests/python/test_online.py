@@ -75,6 +75,20 @@ def test_a_transformers_tower_with_split_frames_learns_and_keeps_parity(world_re
     assert_parity(world, "qwen3", per_rank, RTOL_HF)
 
 
+def test_a_split_calls_samples_count_each_piece_against_its_whole_frame(world_results):
+    # The sample the ranks share (sum p^2, sum p, frames, calls, split, K/V rows, ...): a piece
+    # counts its queries against its whole frame and the rows it receives, as the planner costs it.
+    _, per_rank = scenario(world_results, "qwen3")
+    received = 0
+    for r in per_rank:
+        assert r["samples"], "no split call on this rank: %s" % r["logged"]
+        for sample, want in r["samples"]:
+            assert [sample[0], sample[1], sample[2], sample[5]] == want
+            assert sample[3:5] == [1.0, 1.0]  # one call, split
+            received += sample[5]
+    assert received > 0
+
+
 def test_write_online_cost_names_what_it_expected_without_a_caller(tmp_path):
     with pytest.raises(frameshard.FrameshardError, match="expected exactly one cost_alpha='online' caller"):
         frameshard.write_online_cost(tmp_path / "x.txt")

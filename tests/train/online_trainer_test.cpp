@@ -34,6 +34,8 @@ struct OnlineRank {
   int64_t calls = 0;
   std::vector<WorkloadSample> last_call;  // the window's last call
   std::vector<WorkloadSample> expected;   // rank_workload of the last plan
+  std::vector<std::vector<WorkloadSample>> step_expected;  // of every step's
+  std::vector<WorkloadSample> window;                      // every sample
   WorkloadSample all_units;  // every unit of the last plan on one rank
 };
 
@@ -53,6 +55,13 @@ std::vector<OnlineRank> run_online(const train::TrainConfig& c, bool sharded) {
           r.steps.push_back(t.step(s));
           r.fingerprints.push_back(t.vision_plan().fingerprint);
           r.plan_costs.push_back(t.vision_plan().options.cost.label);
+          std::vector<WorkloadSample> step;
+          for (int q = 0; q < static_cast<int>(t.vision_plan().ranks.size());
+               ++q) {
+            step.push_back(
+                rank_workload(t.vision_plan(), q, t.plan_options().cost, 0.0));
+          }
+          r.step_expected.push_back(step);
         }
         const OnlineCost* online = t.online_cost();
         r.online = online != nullptr;
@@ -62,6 +71,7 @@ std::vector<OnlineRank> run_online(const train::TrainConfig& c, bool sharded) {
         r.fit = online->in_force();
         r.calls = online->calls();
         const auto& w = online->window();
+        r.window.assign(w.begin(), w.end());
         const ShardPlan& plan = t.vision_plan();
         r.last_call.assign(w.end() - world, w.end());
         for (int q = 0; q < static_cast<int>(plan.ranks.size()); ++q) {
@@ -103,6 +113,7 @@ void expect_sample(const WorkloadSample& got, const WorkloadSample& want) {
   EXPECT_EQ(got.frames, want.frames);
   EXPECT_EQ(got.calls, 1.0);
   EXPECT_EQ(got.split_calls, want.split_calls);
+  EXPECT_EQ(got.exchange_rows, want.exchange_rows);
   EXPECT_EQ(got.flop_cost, want.flop_cost);
   EXPECT_GT(got.seconds, 0.0);
 }
@@ -161,6 +172,33 @@ TEST(OnlineTrainer, Cp2LearnsOneFitOnEveryRankAfterTheWarmUp) {
   const std::vector<OnlineRank> ranks = run_online(online_config(1, 2), true);
   expect_online_run(ranks);
   EXPECT_EQ(ranks[0].steps[0].plan_path, "sharded");
+}
+
+TEST(OnlineTrainer, ASplitPlansSamplesCountEachPieceAgainstItsWholeFrame) {
+  // Pages at CP 4 and exchanges priced at nothing: the FLOP plans of the
+  // warm-up cut the largest page. Each holder's sample counts its piece's
+  // attention to the whole page and the K/V rows it receives, as
+  // rank_workload of the plan that ran does.
+  train::TrainConfig c = online_config(1, 4);
+  c.parallel.frame_sharding.split_frames = true;
+  c.parallel.frame_sharding.split_exchange_cost = 0.0;
+  c.parallel.frame_sharding.split_exchange_latency_us = 0.0;
+  c.parallel.frame_sharding.split_min_gain = 0.0;
+  c.data.preset = "doc";
+  const std::vector<OnlineRank> ranks = run_online(c, true);
+  expect_online_run(ranks);
+  const OnlineRank& r = ranks[0];
+  ASSERT_EQ(r.window.size(), 4u * kSteps);
+  double received = 0.0;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    for (size_t q = 0; q < 4; ++q) {
+      SCOPED_TRACE("step " + std::to_string(s) + ", rank " + std::to_string(q));
+      const WorkloadSample& got = r.window[4 * s + q];
+      expect_sample(got, r.step_expected[s][q]);
+      received += s == 0 ? got.exchange_rows : 0.0;
+    }
+  }
+  EXPECT_GT(received, 0.0);  // step 0 cut a page
 }
 
 TEST(OnlineTrainer, TheMeshLearnsOneFitOverTheWholeWorld) {

@@ -26,10 +26,12 @@ using testing::expect_contains;
 // The machine's truth: seconds of one rank's units.
 struct Truth {
   double a = 2e-9, b = 3e-7, c = 4e-4, per_call = 2e-3, split = 1e-3;
-  double scale = 1.0;  // a slower device multiplies everything
+  double kv_row = 5e-8;  // per K/V row a piece receives
+  double scale = 1.0;    // a slower device multiplies everything
   double seconds(const WorkloadSample& s) const {
-    return scale * (a * s.sum_p2 + b * s.sum_p + c * s.frames +
-                    per_call * s.calls + split * s.split_calls);
+    return scale *
+           (a * s.sum_p2 + b * s.sum_p + c * s.frames + per_call * s.calls +
+            split * s.split_calls + kv_row * s.exchange_rows);
   }
 };
 
@@ -56,6 +58,9 @@ std::vector<WorkloadSample> exact_samples(const Truth& truth, int n) {
   std::vector<WorkloadSample> out;
   for (int i = 0; i < n; ++i) {
     WorkloadSample s = sample_of(random_units(rng), i % 3 == 0);
+    if (i % 3 == 0) {
+      s.exchange_rows = 64.0 * static_cast<double>(rng.below(48));
+    }
     s.seconds = truth.seconds(s);
     out.push_back(s);
   }
@@ -141,6 +146,7 @@ TEST(FitWorkloads, RecoversEveryCoefficientFromExactTimes) {
   EXPECT_NEAR(fit.model.c / truth.c, 1.0, 1e-6);
   EXPECT_NEAR(fit.per_call / truth.per_call, 1.0, 1e-6);
   EXPECT_NEAR(fit.exchange_fixed / truth.split, 1.0, 1e-6);
+  EXPECT_NEAR(fit.exchange_row / truth.kv_row, 1.0, 1e-6);
   EXPECT_LT(fit.rms_relative_error, 1e-9);
   EXPECT_EQ(fit.rejected, 0);
   EXPECT_TRUE(fit.fitted);
@@ -319,7 +325,7 @@ TEST(OnlineCost, RecordsOnlyTheRanksThatRanTheTowerFromAnAllGather) {
   EXPECT_EQ(online.calls(), 1);
   const std::string e = error_of([&] { online.record_gathered({1.0, 2.0}); });
   expect_contains(e, "OnlineCost::record_gathered");
-  expect_contains(e, "expected a multiple of 7 doubles, got 2");
+  expect_contains(e, "expected a multiple of 8 doubles, got 2");
 }
 
 TEST(OnlineCost, AFitInForcePlansInSecondsWithItsSplitLatency) {
@@ -339,23 +345,75 @@ TEST(OnlineCost, AFitInForcePlansInSecondsWithItsSplitLatency) {
   EXPECT_GT(worst, 0.0);
 }
 
-TEST(OnlineCost, TheRowExchangeCostMovesIntoTheFitsUnits) {
+TEST(OnlineCost, AFitPlansWithItsMeasuredRowExchangeCostAndFlopsWithTheirs) {
   // Options made for the FLOP model hold the per-row exchange cost in FLOP
-  // units; under a fit in seconds it must be seconds too, and back.
+  // units. A fit plans with the seconds per row it measured; going back to
+  // the FLOP model moves the options' cost into FLOP units.
   PlanOptions o;
   o.cost = flops();
   o.split.exchange_row_cost = 1000.0;
   const WorkloadFit fit = fit_workloads(exact_samples(Truth{}, 40));
   const PlanOptions in_seconds = plan_options_with(fit, o);
-  EXPECT_DOUBLE_EQ(
-      in_seconds.split.exchange_row_cost, 1000.0 * flops().seconds_per_unit);
+  EXPECT_EQ(in_seconds.split.exchange_row_cost, fit.exchange_row);
   const PlanOptions back =
       plan_options_with(flop_fit(flops(), 0.0), in_seconds);
-  EXPECT_DOUBLE_EQ(back.split.exchange_row_cost, 1000.0);
+  EXPECT_DOUBLE_EQ(
+      back.split.exchange_row_cost,
+      fit.exchange_row / flops().seconds_per_unit);
   // The FLOP model over its own options changes nothing.
   EXPECT_EQ(
       plan_options_with(flop_fit(flops(), 0.0), o).split.exchange_row_cost,
       1000.0);
+}
+
+TEST(RankWorkload, CountsAPieceAsTheSplitPlannerCostsIt) {
+  // One 4096-row frame and a 256-row one at CP 2: the large frame is cut,
+  // each piece's queries attend to all 4096 rows and its holder receives
+  // the other piece's K/V.
+  const WorkloadFit fit = fit_workloads(exact_samples(Truth{}, 40));
+  PlanOptions o;
+  o.world = 2;
+  o.policy.enabled = true;
+  o.policy.min_tokens = 0;
+  o.policy.min_frames = 0;
+  o.split.enabled = true;
+  o = plan_options_with(fit, o);
+  const ShardPlan plan = make_plan({{1, 64, 64}, {1, 16, 16}}, o);
+  ASSERT_TRUE(plan.split);
+  double rows = 0.0;
+  for (int64_t r = 0; r < 2; ++r) {
+    const RankShard& rs = plan.ranks[static_cast<size_t>(r)];
+    const WorkloadSample s = rank_workload(plan, r, flops(), 0.0);
+    ASSERT_FALSE(rs.pieces.empty());
+    const double q = static_cast<double>(rs.pieces[0].rows());
+    rows += q;
+    EXPECT_EQ(s.exchange_rows, static_cast<double>(rs.exchange_rows));
+    EXPECT_EQ(s.exchange_rows, 4096.0 - q);
+    EXPECT_EQ(s.split_calls, 1.0);
+    // The planner's cost of the rank (its pieces and frames, the exchanges'
+    // latency) is the fit's prediction of its sample, less the call.
+    EXPECT_NEAR(fit.predict(s) - fit.per_call, rs.cost, 1e-9 * rs.cost);
+  }
+  EXPECT_EQ(rows, 4096.0);
+  // A piece's FLOPs are its share of its frame's, plus the frame constant.
+  const RankShard& r0 = plan.ranks[0];
+  const double q = static_cast<double>(r0.pieces[0].rows());
+  const double whole = flops()(4096);
+  double want = flops().c + q * (whole - flops().c) / 4096.0;
+  for (size_t f = 1; f + 1 < r0.cu_seqlens.size(); ++f) {
+    want += flops()(r0.cu_seqlens[f + 1] - r0.cu_seqlens[f]);
+  }
+  EXPECT_NEAR(
+      rank_workload(plan, 0, flops(), 0.0).flop_cost, want, 1e-9 * want);
+}
+
+TEST(CallWorkload, NamesAPieceThatIsNotItsSegment) {
+  const std::vector<FramePiece> pieces = {FramePiece{0, 0, 100}};
+  const std::string e = error_of([&] {
+    call_workload({0, 64}, {{1, 16, 16}}, pieces, flops(), true, 1.0);
+  });
+  expect_contains(e, "frameshard::call_workload: expected pieces[0] (frame 0");
+  expect_contains(e, "got 64 segment rows and 256 frame rows");
 }
 
 }  // namespace

@@ -131,10 +131,12 @@ def _split_attention(
             "piece (%d), got %d" % (1 + len(call.pieces), len(outs))
         )
 
-    def heads(t: torch.Tensor) -> torch.Tensor:  # [n, width] -> [1, heads, n, head_dim]
+    def heads(t: torch.Tensor) -> torch.Tensor:  # [n, width] -> [1, heads, n, head_dim] (a view)
         return t.reshape(t.shape[0], self.num_heads, -1).transpose(0, 1).unsqueeze(0)
 
-    k_all, v_all = outs[0][:, :width], outs[0][:, width:]
+    # Keys and values by split, not by slicing: a slice's backward writes into a zero tensor of
+    # the whole [rows, 2 * width] (one each), split's is one cat.
+    k_all, v_all = outs[0].split(width, dim=1)
     interface = module.ALL_ATTENTION_FUNCTIONS.get_interface(
         self.config._attn_implementation, module.eager_attention_forward
     )
@@ -149,9 +151,10 @@ def _split_attention(
     attended = []
     for s in range(len(cu) - 1):
         j = piece_of.get(s)
-        kv = outs[1 + j] if j is not None else None
-        keys = heads(kv[:, :width]) if kv is not None else heads(k_parts[s])
-        values = heads(kv[:, width:]) if kv is not None else heads(v_parts[s])
+        if j is not None:  # a piece: its whole frame's keys and values
+            keys, values = (heads(t) for t in outs[1 + j].split(width, dim=1))
+        else:
+            keys, values = heads(k_parts[s]), heads(v_parts[s])
         attended.append(
             interface(
                 self,
