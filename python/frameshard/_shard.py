@@ -108,6 +108,11 @@ class PieceTower(Protocol):
         the rank that sent it) and collective; it releases the GIL, is valid only during the call
         that received it, and a rank whose tower raises makes every peer's next exchange raise the
         same FrameshardError.
+    exchanges_per_call (optional attribute): the exchanges the tower makes per split call. Then
+        only the first opens with a consensus (each is a collective and, on CUDA, a host sync); a
+        rank whose tower raises after it sends zeros through its peers' remaining exchanges, and
+        every rank raises the same FrameshardError when the call ends; a tower making another
+        number of exchanges raises too.
     """
 
     def __call__(
@@ -120,6 +125,21 @@ class PieceTower(Protocol):
         pieces: tuple[FramePiece, ...],
         exchange: Exchange | None,
     ) -> TowerOutput: ...
+
+
+def exchanges_per_call(tower: object) -> int:
+    """The K/V exchanges a PieceTower declares it makes per split call (its `exchanges_per_call`
+    attribute, one per full-attention layer), or 0 (undeclared: every exchange opens with a
+    consensus). Declared, only the first does: a consensus is a collective (on CUDA a host sync)
+    per layer, and a rank whose tower fails after the first sends zeros through the rest."""
+    n = getattr(tower, "exchanges_per_call", 0)
+    if n is None:
+        return 0
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise FrameshardError(
+            "frameshard.shard_vision: expected the tower's exchanges_per_call to be an int >= 0, got %r" % (n,)
+        )
+    return n
 
 
 def takes_pieces(tower: object) -> bool:
@@ -226,6 +246,7 @@ def shard_vision(
     dims = tower_dims if tower_dims is not None else resolve_dims(tower)
     options.tower_dims = dims.as_dict() if dims is not None else None
     options.takes_pieces = takes_pieces(tower)
+    options.tower_exchanges = exchanges_per_call(tower) if options.takes_pieces else 0
     options.dedup = bool(config.dedup)
     if media_keys is not None and not config.dedup:
         raise FrameshardError("frameshard.shard_vision: expected config.dedup True with media_keys, got dedup False")

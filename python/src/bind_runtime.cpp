@@ -195,6 +195,8 @@ struct ShardCall {
   std::vector<int64_t> token_owner;    // gather: owner (one CP rank per token)
   py::object tower_dims = py::none();  // TowerDims fields, or None
   bool takes_pieces = false;  // the tower declares `pieces` and `exchange`
+  /// Its K/V exchanges per call, if declared (EncodeOptions::tower_exchanges)
+  int64_t tower_exchanges = 0;
   /// frame_sharding.dedup: encode each distinct frame once, keyed by
   /// media_keys (one (hi, lo) per grid row) or, empty, by frame_keys.
   bool dedup = false;
@@ -297,6 +299,7 @@ EncodeOptions call_options(const ShardCall& call, int64_t world) {
   o.token_owner = call.token_owner;
   o.plan = python_tower_plan(call, world);
   o.tower_trainable = call.tower_trainable;
+  o.tower_exchanges = call.tower_exchanges;
   o.timeout = millis(call.timeout_ms);
   return o;
 }
@@ -389,6 +392,7 @@ them, so the Python layer can check that it sets each one.)doc")
       .def_readwrite("token_owner", &ShardCall::token_owner)
       .def_readwrite("tower_dims", &ShardCall::tower_dims)
       .def_readwrite("takes_pieces", &ShardCall::takes_pieces)
+      .def_readwrite("tower_exchanges", &ShardCall::tower_exchanges)
       .def_readwrite("online", &ShardCall::online)
       .def_readwrite("dedup", &ShardCall::dedup)
       .def_readwrite("media_keys", &ShardCall::media_keys)
@@ -404,6 +408,7 @@ them, so the Python layer can check that it sets each one.)doc")
             "token_owner",
             "tower_dims",
             "takes_pieces",
+            "tower_exchanges",
             "online",
             "dedup",
             "media_keys"};

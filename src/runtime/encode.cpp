@@ -13,6 +13,9 @@
 // inside the tower, one exchange per full-attention layer on every rank,
 // each opening with the same consensus record (runtime/piece_exchange.h): a
 // rank whose tower raises meets its peers' next exchange with its failure.
+// A tower that declares its exchanges (tower_exchanges) opens only the first
+// with it; a rank whose tower raises after that first sends zeros through
+// its peers' remaining exchanges and meets them at this consensus.
 
 #include <frameshard/runtime/encode.h>
 
@@ -176,6 +179,20 @@ LocalPhase run_local_phase(
   return lp;
 }
 
+/// With declared exchanges, a tower that made fewer than it declared
+/// fails (its peers' later exchanges get zeros from it first).
+void check_exchanges(
+    const internal::PieceExchangeState& exchange, const std::string& prefix) {
+  TORCH_CHECK(
+      exchange.declared == 0 || !exchange.play_along ||
+          exchange.calls == exchange.declared,
+      prefix,
+      "expected the tower's declared ",
+      exchange.declared,
+      " K/V exchanges per call (tower_exchanges), got ",
+      exchange.calls);
+}
+
 /// Owner mode on the sharded path: one all-to-all to the owners.
 at::Tensor route_to_owners(
     const LocalPhase& lp,
@@ -324,9 +341,17 @@ EncodeResult encode(
   internal::ConsensusRecord mine;
   mine.grad_mode = at::GradMode::is_enabled();
   auto exchange = std::make_shared<internal::PieceExchangeState>();
+  exchange->declared = options.tower_exchanges;
   try {
+    TORCH_CHECK(
+        options.tower_exchanges >= 0,
+        prefix,
+        "expected tower_exchanges >= 0, got ",
+        options.tower_exchanges);
     lp = run_local_phase(
         tower, pixel_values, grid_thw, group, options, prefix, exchange, stage);
+    stage = "while running the tower";  // its exchanges are the tower's
+    check_exchanges(*exchange, prefix);
     mine.fingerprint = lp.plan.fingerprint ^
                        internal::owner_fingerprint(options.token_owner) ^
                        (lp.dedup.fingerprint * 0x9e3779b97f4a7c15ULL);
@@ -336,6 +361,9 @@ EncodeResult encode(
   } catch (...) {
     if (exchange->raised) {
       throw;  // every rank raised it already, inside the tower's exchange
+    }
+    if (exchange->play_along) {
+      exchange->play_along();  // its peers' remaining exchanges, then here
     }
     mine.ok = false;
     mine.error =

@@ -5,8 +5,10 @@
 
 #include <frameshard/runtime/route.h>
 
+#include "runtime/collectives.h"
 #include "runtime/consensus.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -136,6 +138,76 @@ PieceRoute piece_route(const ShardPlan& plan, int64_t rank) {
   return route;
 }
 
+namespace {
+
+// The first exchange of a call (every exchange when none are declared): the
+// consensus record before any payload moves. Returns whether any rank
+// needs a gradient.
+bool exchange_consensus(
+    const PieceRoute& route,
+    uint64_t fingerprint,
+    int64_t declared,
+    const std::vector<GridThw>& grid,
+    int64_t rank,
+    const at::Tensor& rows,
+    const ProcessGroupPtr& group,
+    c10::Device device,
+    std::chrono::milliseconds timeout,
+    const char* fn) {
+  ConsensusRecord mine;
+  // Ranks that declared different exchange counts would part after this
+  // one (one runs a consensus per exchange, another does not): that
+  // disagrees here, as a plan.
+  mine.fingerprint =
+      fingerprint ^ (static_cast<uint64_t>(declared) * 0x9e3779b97f4a7c15ULL);
+  mine.has_grid = true;
+  mine.grid = grid;
+  mine.path = 0;
+  mine.rows = route.sent_by_rank[static_cast<size_t>(rank)];
+  mine.dtype = static_cast<int64_t>(rows.scalar_type());
+  mine.widths = {rows.size(1)};
+  mine.grad_mode = at::GradMode::is_enabled();
+  mine.requires_grad = mine.grad_mode && rows.requires_grad();
+  const auto records =
+      run_consensus(group, mine, route.sent_by_rank, device, timeout, fn);
+  return std::any_of(
+      records.begin(), records.end(), [](const ConsensusRecord& r) {
+        return r.requires_grad;
+      });
+}
+
+// The payload of one exchange: each piece's rows to the other holders of
+// its frame; then every local piece's whole frame, parts in rank order.
+std::vector<at::Tensor> move_pieces(
+    const PieceRoute& route,
+    const at::Tensor& rows,
+    bool any_grad,
+    const ProcessGroupPtr& group,
+    std::chrono::milliseconds timeout) {
+  at::Tensor send = rows.index_select(
+      0, at::tensor(route.send_rows, at::kLong).to(rows.device()));
+  if (any_grad && !send.requires_grad()) {
+    // Another rank runs the backward all-to-all, which needs every rank.
+    send = send.detach().requires_grad_();
+  }
+  GatherOptions gopts;
+  gopts.timeout = timeout;
+  const at::Tensor recv =
+      all_to_all_rows(send, route.send_counts, route.recv_counts, group, gopts);
+  std::vector<at::Tensor> out{TieFunction::apply(rows, recv)};
+  for (const auto& parts : route.parts) {
+    std::vector<at::Tensor> pieces;
+    for (const PieceRoute::Part& p : parts) {
+      pieces.push_back(
+          (p.source < 0 ? out[0] : recv).narrow(0, p.offset, p.rows));
+    }
+    out.push_back(at::cat(pieces, 0));
+  }
+  return out;
+}
+
+}  // namespace
+
 PieceExchange make_piece_exchange(
     const ShardPlan& plan,
     int64_t rank,
@@ -149,46 +221,50 @@ PieceExchange make_piece_exchange(
   // A peer whose grid differs may meet this exchange in its own consensus:
   // the grid lets both name the differing row.
   auto grid = std::make_shared<const std::vector<GridThw>>(plan.frames.grid);
+  // Zeros through the declared exchanges this rank's tower did not make
+  // (no autograd: every rank raises at encode's consensus, before any
+  // backward).
+  state->play_along = [route, group, timeout, raw = state.get()] {
+    if (raw->declared == 0 || raw->calls == 0) {
+      return;  // before the first exchange its peers meet encode's record
+    }
+    at::NoGradGuard no_grad;
+    const at::Tensor zeros = at::zeros(
+        {static_cast<int64_t>(route->send_rows.size()), raw->width},
+        raw->options);
+    GatherOptions gopts;
+    gopts.timeout = timeout;
+    for (; raw->calls < raw->declared; ++raw->calls) {
+      all_to_all_rows(
+          zeros, route->send_counts, route->recv_counts, group, gopts);
+    }
+  };
   return [route, fingerprint, grid, rank, group, device, timeout, state, fn](
              const at::Tensor& rows) -> std::vector<at::Tensor> {
+    TORCH_CHECK(
+        state->declared == 0 || state->calls < state->declared,
+        rank_prefix(fn, group),
+        "expected the tower's declared ",
+        state->declared,
+        " K/V exchanges per call (tower_exchanges), got one more");
     try {
-      ConsensusRecord mine;
-      mine.fingerprint = fingerprint;
-      mine.has_grid = true;
-      mine.grid = *grid;
-      mine.path = 0;
-      mine.rows = route->sent_by_rank[static_cast<size_t>(rank)];
-      mine.dtype = static_cast<int64_t>(rows.scalar_type());
-      mine.widths = {rows.size(1)};
-      mine.grad_mode = at::GradMode::is_enabled();
-      mine.requires_grad = mine.grad_mode && rows.requires_grad();
-      const auto records =
-          run_consensus(group, mine, route->sent_by_rank, device, timeout, fn);
+      if (state->declared == 0 || state->calls == 0) {
+        state->any_grad = exchange_consensus(
+            *route,
+            fingerprint,
+            state->declared,
+            *grid,
+            rank,
+            rows,
+            group,
+            device,
+            timeout,
+            fn);
+        state->width = rows.size(1);
+        state->options = rows.options();
+      }
       state->calls += 1;
-      at::Tensor send = rows.index_select(
-          0, at::tensor(route->send_rows, at::kLong).to(rows.device()));
-      const bool any_grad = std::any_of(
-          records.begin(), records.end(), [](const ConsensusRecord& r) {
-            return r.requires_grad;
-          });
-      if (any_grad && !send.requires_grad()) {
-        // Another rank runs the backward all-to-all, which needs every rank.
-        send = send.detach().requires_grad_();
-      }
-      GatherOptions gopts;
-      gopts.timeout = timeout;
-      const at::Tensor recv = all_to_all_rows(
-          send, route->send_counts, route->recv_counts, group, gopts);
-      std::vector<at::Tensor> out{TieFunction::apply(rows, recv)};
-      for (const auto& parts : route->parts) {
-        std::vector<at::Tensor> pieces;
-        for (const PieceRoute::Part& p : parts) {
-          pieces.push_back(
-              (p.source < 0 ? out[0] : recv).narrow(0, p.offset, p.rows));
-        }
-        out.push_back(at::cat(pieces, 0));
-      }
-      return out;
+      return move_pieces(*route, rows, state->any_grad, group, timeout);
     } catch (...) {
       state->raised = true;
       throw;

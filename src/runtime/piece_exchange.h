@@ -9,6 +9,13 @@
 //      K/V width is caught before any payload moves;
 //   2. one all-to-all (frameshard/runtime/route.h) moving each piece's rows
 //      to the other ranks holding pieces of its frame, and nothing else.
+// When the tower declares its exchanges per call (EncodeOptions::
+// tower_exchanges), only the first runs step 1: a rank whose tower fails
+// after it sends zeros through the rest (PieceExchangeState::play_along),
+// so that every rank reaches encode's consensus, where the failure is
+// agreed on. A consensus per layer is a collective and, on CUDA, a host
+// sync per full-attention layer; on this repository's 2-core CPU it was
+// 4 % of a split call of the Qwen3-VL benchmark tower.
 // Defined in src/runtime/piece_exchange.cpp.
 #pragma once
 
@@ -18,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -54,6 +62,18 @@ struct PieceExchangeState {
   /// rethrows instead of running its own consensus, which no peer joins.
   bool raised = false;
   int64_t calls = 0;
+  /// EncodeOptions::tower_exchanges (0: every exchange runs a consensus).
+  int64_t declared = 0;
+  /// Set by the first exchange, for the later ones and play_along: whether
+  /// any rank needs a gradient, and the rows' width and options.
+  bool any_grad = false;
+  int64_t width = 0;
+  at::TensorOptions options;
+  /// Sends zeros through the exchanges this rank's tower did not make
+  /// (declared - calls, after at least one), so that its peers, which make
+  /// them, reach encode's consensus and its failure there. Set by
+  /// make_piece_exchange.
+  std::function<void()> play_along;
 };
 
 /// The collective exchange of rank `rank` of `plan` over `group`; its

@@ -411,6 +411,10 @@ StepMetrics Trainer::forward_backward(int64_t step) {
   m.cost_model =
       s.online ? s.online->cost().in_force().describe() : s.plan.cost.label;
   eo.timeout = std::chrono::milliseconds(s.config.train.timeout_ms);
+  if (models::takes_pieces(s.tower.config)) {
+    // One K/V exchange per full-attention layer: one consensus a call.
+    eo.tower_exchanges = models::tower_dims(s.tower.config).full_layers();
+  }
   if (s.config.parallel.frame_sharding.gather == "owner") {
     detail::route_to_owners(b, s.cp, eo);
   }

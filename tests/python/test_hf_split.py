@@ -199,3 +199,20 @@ def test_takes_pieces_needs_both_keyword_parameters():
     assert not takes_pieces(lambda pv, grid, cu: pv)
     assert not takes_pieces(lambda pv, grid, cu, **kwargs: pv)  # a bare **kwargs does not count
     assert not takes_pieces(lambda pv, grid, cu, *, pieces: pv)
+
+
+def test_a_piece_tower_declares_its_exchanges_per_call_as_an_int():
+    import frameshard
+    from frameshard import _shard
+
+    class Tower:
+        def __init__(self, n):
+            self.exchanges_per_call = n
+
+    assert _shard.exchanges_per_call(Tower(3)) == 3
+    assert _shard.exchanges_per_call(object()) == 0
+    for bad in (-1, 2.0, True):
+        with pytest.raises(
+            frameshard.FrameshardError, match=re.escape("exchanges_per_call to be an int >= 0, got %r" % bad)
+        ):
+            _shard.exchanges_per_call(Tower(bad))

@@ -140,6 +140,15 @@ struct EncodeOptions {
   /// distinct unit once. Empty: no dedup (encode_mesh: mesh.dedup says).
   /// Ranks must pass equal keys.
   std::vector<UnitKey> unit_keys;
+  /// The K/V exchanges the tower makes per call when the plan cuts frames
+  /// (one per full-attention layer), if it declares them; ranks must agree.
+  /// Then only the first exchange runs a consensus; a rank whose tower
+  /// fails after k >= 1 exchanges (or makes fewer) sends zeros through the
+  /// other tower_exchanges - k, and every rank raises the same error at
+  /// encode's own consensus; a tower making more raises on the extra one.
+  /// 0: not declared, every exchange runs a consensus. encode only
+  /// (encode_mesh's exchanges always run theirs).
+  int64_t tower_exchanges = 0;
   MeshOptions mesh;
 };
 

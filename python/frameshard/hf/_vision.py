@@ -138,6 +138,11 @@ class _LocalTower(LocalCall):
     """The vision module's class forward on this rank's frames; pieces of split frames take the
     whole frame's geometry (_split)."""
 
+    @property
+    def exchanges_per_call(self) -> int:
+        """One K/V exchange per full-attention block (shard_vision's PieceTower attribute)."""
+        return len(self.state.family.split.full_attention_blocks(self.module))
+
     def __call__(self, pv: torch.Tensor, grid: torch.Tensor, cu: torch.Tensor, *, pieces: tuple, exchange: Any) -> list:
         visual, family = self.module, self.state.family
         original = type(visual).forward

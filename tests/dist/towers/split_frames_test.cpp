@@ -3,8 +3,9 @@
 // failure paths of a split plan's extra collectives: a rank whose tower
 // raises before or between the exchanges, or whose plan is not split, makes
 // every rank raise the same error instead of leaving its peers waiting in an
-// exchange. Parity of split frames per tower family is in
-// qwen_towers_test.cpp.
+// exchange; with the tower's exchanges declared (one consensus a call), the
+// same failures and the same outputs. Parity of split frames per tower
+// family is in qwen_towers_test.cpp.
 
 #include <frameshard/models/cost_bridge.h>
 #include <frameshard/models/toy_tower.h>
@@ -147,6 +148,125 @@ TEST(SplitFrameErrors, TowerRaisingBetweenExchangesRaisesEverywhere) {
       });
   expect_same_error_everywhere(outcomes, "rank 2 failed while running the");
   EXPECT_NE(outcomes[1].error.find("boom in layer 2"), std::string::npos);
+}
+
+// The tiny tower's exchanges, declared (EncodeOptions::tower_exchanges).
+constexpr int64_t kTinyExchanges = 2;
+
+// Rank `failing`'s tower calls `exchange(rows)` as `make` says for its
+// k-th exchange (1-based): `inner` is the real one.
+using ExchangeWrap = std::function<std::vector<at::Tensor>(
+    int k, const PieceExchange& inner, const at::Tensor& rows)>;
+void wrap_exchanges(VisionTower& tower, const ExchangeWrap& make) {
+  tower = [inner = tower, make](const TowerInput& in) {
+    TowerInput mine = in;
+    auto calls = std::make_shared<int>(0);
+    mine.exchange = [calls, ex = in.exchange, make](const at::Tensor& rows) {
+      return make(++*calls, ex, rows);
+    };
+    return inner(mine);
+  };
+}
+
+TEST(
+    SplitFrameDeclaredExchanges,
+    OneConsensusPerCallAndTheSameOutputsAndGradients) {
+  // Each rank encodes the same split frame with the exchanges undeclared
+  // (a consensus each) and declared (one): equal outputs and gradients,
+  // one all-gather fewer per exchange after the first.
+  const auto cfg = testing::tiny_config(models::QwenFamily::kQwen2VL);
+  const std::vector<GridThw> grid = {{1, 32, 16}};
+  const int world = 3;
+  const auto model = testing::random_model(cfg, at::kDouble, 3);
+  const at::Tensor pixels = at::randn({512, cfg.in_features()}, at::kDouble);
+  std::vector<int> gathers(2 * world);
+  std::vector<at::Tensor> outs(2 * world), grads(2 * world);
+  testing::run_ranks(world, [&](int rank, ProcessGroupPtr pg) {
+    for (int declared = 0; declared < 2; ++declared) {
+      auto counting = c10::make_intrusive<testing::CountingGroup>(pg);
+      EncodeOptions o;
+      o.plan = split_options(world, cfg);
+      o.tower_exchanges = declared ? kTinyExchanges : 0;
+      const at::Tensor x = pixels.clone().requires_grad_();
+      auto res = encode(model.tower, x, grid_to_tensor(grid), counting, o);
+      ASSERT_TRUE(res.plan.split);
+      (res.outputs[0] * static_cast<double>(rank + 1)).sum().backward();
+      const auto i = static_cast<size_t>(2 * rank + declared);
+      gathers[i] = counting->allgathers;
+      outs[i] = res.outputs[0].detach();
+      grads[i] = x.grad();
+    }
+  });
+  for (int r = 0; r < world; ++r) {
+    const auto i = static_cast<size_t>(2 * r);
+    EXPECT_EQ(gathers[i] - gathers[i + 1], kTinyExchanges - 1) << "rank " << r;
+    EXPECT_TRUE(at::equal(outs[i], outs[i + 1])) << "rank " << r;
+    EXPECT_TRUE(at::equal(grads[i], grads[i + 1])) << "rank " << r;
+  }
+}
+
+TEST(SplitFrameDeclaredExchanges, TowerRaisingAfterTheFirstRaisesEverywhere) {
+  // Rank 2 raises in layer 2, after the only consensus: it sends zeros
+  // through its peers' second exchange and every rank raises at encode's.
+  const auto outcomes =
+      run_split_encode(3, [](int rank, VisionTower& tower, EncodeOptions& o) {
+        o.tower_exchanges = kTinyExchanges;
+        if (rank == 2) {
+          wrap_exchanges(
+              tower,
+              [](int k, const PieceExchange& ex, const at::Tensor& rows) {
+                if (k == 2) {
+                  throw std::runtime_error("boom in layer 2");
+                }
+                return ex(rows);
+              });
+        }
+      });
+  expect_same_error_everywhere(outcomes, "rank 2 failed while running the");
+  EXPECT_NE(outcomes[0].error.find("boom in layer 2"), std::string::npos);
+}
+
+TEST(SplitFrameDeclaredExchanges, TowerMakingFewerRaisesEverywhere) {
+  const auto outcomes =
+      run_split_encode(3, [](int rank, VisionTower& tower, EncodeOptions& o) {
+        o.tower_exchanges = kTinyExchanges;
+        if (rank == 1) {
+          auto first = std::make_shared<std::vector<at::Tensor>>();
+          wrap_exchanges(
+              tower,
+              [first](int k, const PieceExchange& ex, const at::Tensor& rows) {
+                if (k == 1) {
+                  *first = ex(rows);
+                }
+                return *first;  // layer 2 skips its exchange
+              });
+        }
+      });
+  expect_same_error_everywhere(
+      outcomes,
+      "rank 1 failed while running the tower: frameshard::encode: [rank 1/3] "
+      "expected the tower's declared 2 K/V exchanges per call "
+      "(tower_exchanges), got 1");
+}
+
+TEST(SplitFrameDeclaredExchanges, TowerMakingMoreRaisesEverywhere) {
+  const auto outcomes =
+      run_split_encode(3, [](int, VisionTower&, EncodeOptions& o) {
+        o.tower_exchanges = kTinyExchanges - 1;
+      });
+  expect_same_error_everywhere(outcomes, "ranks 0, 1, 2 failed");
+  EXPECT_NE(
+      outcomes[0].error.find("expected the tower's declared 1 K/V exchanges "
+                             "per call (tower_exchanges), got one more"),
+      std::string::npos);
+}
+
+TEST(SplitFrameDeclaredExchanges, RanksDeclaringDifferentCountsDisagree) {
+  const auto outcomes =
+      run_split_encode(3, [](int rank, VisionTower&, EncodeOptions& o) {
+        o.tower_exchanges = rank == 1 ? kTinyExchanges : 0;
+      });
+  expect_same_error_everywhere(outcomes, "ranks disagree on the plan");
 }
 
 TEST(SplitFrameErrors, RankWhosePlanIsNotSplitRaisesEverywhere) {
