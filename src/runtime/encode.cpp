@@ -350,8 +350,10 @@ EncodeResult encode(
         options.tower_exchanges);
     lp = run_local_phase(
         tower, pixel_values, grid_thw, group, options, prefix, exchange, stage);
+    const std::string after = stage;
     stage = "while running the tower";  // its exchanges are the tower's
     check_exchanges(*exchange, prefix);
+    stage = after;
     mine.fingerprint = lp.plan.fingerprint ^
                        internal::owner_fingerprint(options.token_owner) ^
                        (lp.dedup.fingerprint * 0x9e3779b97f4a7c15ULL);
