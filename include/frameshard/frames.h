@@ -103,6 +103,11 @@ FrameSet expand_frames(
 /// sum(t*h*w) of the frame set; throws frameshard::Error otherwise.
 void check_pixel_rows(const FrameSet& frames, int64_t pixel_rows);
 
+/// Per-frame cumulative patch rows of `grid`: frames + 1 entries from 0 (a
+/// row of t frames adds t segments of h * w rows; cu_seqlens before the
+/// int32 conversion, frame_cu_seqlens in frameshard/tower.h).
+std::vector<int64_t> frame_offsets(const std::vector<GridThw>& grid);
+
 /// Converts nested rows (from JSON or a tensor) into grid rows, rejecting an
 /// empty list and rows that do not have exactly three entries ("ragged").
 /// `what` names the source in error messages (e.g. "grid_thw").

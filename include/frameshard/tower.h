@@ -96,10 +96,6 @@ at::Tensor cu_seqlens_tensor(
     const std::vector<int64_t>& offsets,
     c10::Device device = c10::Device(c10::kCPU));
 
-/// Per-frame cumulative patch rows of `grid`: frames + 1 entries from 0
-/// (frame_cu_seqlens before the int32 conversion).
-std::vector<int64_t> frame_offsets(const std::vector<GridThw>& grid);
-
 /// True if any parameter of `module` requires grad (encode's
 /// EncodeOptions::tower_trainable).
 bool has_trainable_parameters(const torch::nn::Module& module);

@@ -189,4 +189,14 @@ std::vector<GridThw> grid_from_rows(
   return grid;
 }
 
+std::vector<int64_t> frame_offsets(const std::vector<GridThw>& grid) {
+  std::vector<int64_t> cu{0};
+  for (const GridThw& g : grid) {
+    for (int64_t f = 0; f < g.t; ++f) {
+      cu.push_back(cu.back() + g.h * g.w);
+    }
+  }
+  return cu;
+}
+
 }  // namespace frameshard

@@ -137,19 +137,6 @@ WorkloadSample workload_sample(
   return s;
 }
 
-namespace {
-
-// The rows of each local frame of `grid` (t frames of h * w rows a row).
-std::vector<int64_t> frame_rows_of(const std::vector<GridThw>& grid) {
-  std::vector<int64_t> rows;
-  for (const GridThw& g : grid) {
-    rows.insert(rows.end(), static_cast<size_t>(g.t), g.h * g.w);
-  }
-  return rows;
-}
-
-}  // namespace
-
 WorkloadSample call_workload(
     const std::vector<int64_t>& cu,
     const std::vector<GridThw>& grid,
@@ -162,7 +149,7 @@ WorkloadSample call_workload(
   if (pieces.empty()) {
     return s;
   }
-  const std::vector<int64_t> whole = frame_rows_of(grid);
+  const std::vector<int64_t> whole = segment_rows(frame_offsets(grid));
   for (size_t i = 0; i < pieces.size(); ++i) {
     const FramePiece& piece = pieces[i];
     const auto f = static_cast<size_t>(piece.frame);

@@ -72,16 +72,6 @@ at::Tensor grid_to_tensor(
       .to(device);
 }
 
-std::vector<int64_t> frame_offsets(const std::vector<GridThw>& grid) {
-  std::vector<int64_t> cu{0};
-  for (const GridThw& g : grid) {
-    for (int64_t f = 0; f < g.t; ++f) {
-      cu.push_back(cu.back() + g.h * g.w);
-    }
-  }
-  return cu;
-}
-
 TowerInput whole_frames_input(
     const at::Tensor& pixel_values, const std::vector<GridThw>& grid) {
   TowerInput in;
