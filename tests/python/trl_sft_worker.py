@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import os
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
@@ -170,16 +169,13 @@ def _train(setup, trainer, out):
 def run(setup):
     def scenario(rank, world, group):
         _env(rank, world)
-        with tempfile.TemporaryDirectory() as tmp:
-            holder = [tmp]
-            dist.broadcast_object_list(holder, src=0, group=group)  # one output directory
-            out = os.path.join(holder[0], "out")
+        with worker_common.shared_tmp(group) as tmp:
+            out = os.path.join(tmp, "out")
             trainer = _trainer(setup, out)
             if setup.accepts:
                 trainer.model_accepts_loss_kwargs = True
             with _parallelism_config(trainer, setup):
                 result = _run(setup, trainer, out, rank)
-            dist.barrier(group)
         return result
 
     return scenario

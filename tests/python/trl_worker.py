@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import os
 import sys
-import tempfile
 import time
 
 import torch
@@ -252,8 +251,7 @@ def run(setup, enabled, tmp, rank, prepare=None):
 def parity(setup):
     def scenario(rank, world, group):
         _env(rank, world)
-        with tempfile.TemporaryDirectory() as tmp:
-            tmp = _shared_tmp(tmp, group, setup)
+        with _shared_tmp(group, setup) as tmp:
             off = run(setup, False, tmp, rank)
             on = run(setup, True, tmp, rank)
         return compare(off, on, setup)
@@ -261,16 +259,18 @@ def parity(setup):
     return scenario
 
 
-def _shared_tmp(tmp, group, setup):
-    """Rank 0's temporary directory on every rank, with the setup's model saved in it by rank 0."""
+@contextlib.contextmanager
+def _shared_tmp(group, setup):
+    """worker_common.shared_tmp, with the setup's model saved in it by rank 0."""
     import torch.distributed as dist
 
-    holder = [tmp]
-    dist.broadcast_object_list(holder, src=0, group=group)
-    if dist.get_rank(group) == 0:
-        _model_dir(setup, holder[0])
-    dist.barrier(group)
-    return holder[0]
+    import worker_common
+
+    with worker_common.shared_tmp(group) as tmp:
+        if dist.get_rank(group) == 0:
+            _model_dir(setup, tmp)
+        dist.barrier(group)
+        yield tmp
 
 
 def compare(off, on, setup):
@@ -350,8 +350,7 @@ def scenario_mismatch(rank, world, group):
             trainer._get_per_token_logps_and_entropies = one_row_at_a_time
 
     setup = Setup(beta=0.0, steps_per_generation=1, per_device=2)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = _shared_tmp(tmp, group, setup)
+    with _shared_tmp(group, setup) as tmp:
         start = time.monotonic()
         try:
             run(setup, True, tmp, rank, prepare=chunked)

@@ -11,10 +11,12 @@ step does.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 
@@ -91,6 +93,19 @@ def parity_record(out, ref_out, grads, ref_grads):
         "params": len(grads),
         "params_with_grad": sum(1 for g in ref_grads.values() if float(g.abs().max()) > 0),
     }
+
+
+@contextlib.contextmanager
+def shared_tmp(group, timeout=120.0):
+    """Rank 0's temporary directory, on every rank of `group` (one output directory, as a trainer
+    on a shared file system has). No rank leaves before all have: rank 0 removes the directory on
+    exit, and a peer still reading it (a trainer sorting its checkpoints) would find it gone. A
+    peer that never arrives raises after `timeout` seconds instead of hanging."""
+    with tempfile.TemporaryDirectory() as tmp:
+        holder = [tmp]
+        dist.broadcast_object_list(holder, src=0, group=group)
+        yield holder[0]
+        dist.monitored_barrier(group, timeout=datetime.timedelta(seconds=timeout))
 
 
 def main(scenarios, default=None):
