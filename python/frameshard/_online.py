@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -138,6 +139,33 @@ def _trainable_parameters(tower: object) -> list[torch.Tensor]:
 
 
 _STATES: dict[tuple, Online] = {}
+# Per caller key: what else remembers the caller (shard_vision's last path), dropped with it.
+FORGET: list[Callable[[int], None]] = []
+
+
+def caller_key(owner: object) -> int:
+    """The key of a caller (a vision module, a tower, a tower's code): its id, for as long as it
+    lives. When it is collected, its learners and memos go with it: CPython reuses ids, and a
+    new module at the old one's address must start afresh, not from another tower's fit."""
+    key = id(owner)
+    if key not in _OWNED:
+        try:
+            weakref.finalize(owner, _forget, key)
+        except TypeError:  # not weakly referenceable: kept for the process's life
+            return key
+        _OWNED.add(key)
+    return key
+
+
+_OWNED: set[int] = set()
+
+
+def _forget(key: int) -> None:
+    _OWNED.discard(key)
+    for k in [k for k in _STATES if k[0] == key]:
+        del _STATES[k]
+    for forget in FORGET:
+        forget(key)
 
 
 def prepare(
@@ -208,8 +236,9 @@ def _share_device(pg: dist.ProcessGroup, pixel_values: torch.Tensor) -> torch.de
 
 
 def online_costs() -> dict[str, OnlineCostState]:
-    """What every cost_alpha="online" caller of this process learned, by caller ("shard_vision",
-    "hf.enable(Qwen3VLVisionModel)", ...; a second one of a name gets " #2")."""
+    """What every live cost_alpha="online" caller of this process learned, by caller
+    ("shard_vision", "hf.enable(Qwen3VLVisionModel)", ...; a second one of a name gets " #2").
+    A caller's learner goes when its tower (or vision module) is collected."""
     out: dict[str, OnlineCostState] = {}
     for state in _STATES.values():
         name = state.what

@@ -257,11 +257,10 @@ def shard_vision(
             "'owner', got gather=%r and token_owner %s"
             % (config.gather, "given" if token_owner is not None else "None")
         )
-    # A caller of its own (frameshard.hf) names itself in `frameshard_log`: (key, what).
-    key, what = getattr(tower, "frameshard_log", None) or (
-        getattr(tower, "__code__", None) or id(tower),
-        "shard_vision",
-    )
+    # A caller of its own (frameshard.hf) names itself in `frameshard_log`: (owner, what). A
+    # function tower is known by its code (one learner for a lambda rebuilt every step).
+    owner, what = getattr(tower, "frameshard_log", None) or (getattr(tower, "__code__", None) or tower, "shard_vision")
+    key = _online.caller_key(owner)
     online = _online.prepare(key, what, pg, options, config, pixel_values)
     options.online = online.cost if online is not None else None
     result, plan = _run(tower, pixel_values, grid_tensor(grid_thw), pg, options, mesh is not None, online)
@@ -358,6 +357,7 @@ def media_key(key: Any) -> tuple[int, int]:
 
 # The path (sharded or replicated, split or not) each caller took last: logged on a change only.
 _LAST_PATH: dict[Any, tuple[str, bool]] = {}
+_online.FORGET.append(lambda key: _LAST_PATH.pop(key, None))
 
 
 def log_path(key: Any, plan: Plan, what: str, config: FrameShardingConfig) -> None:

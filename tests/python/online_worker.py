@@ -8,6 +8,8 @@ Scenarios:
            what online_costs() says at the end.
   qwen3    hf.enable on a transformers Qwen3-VL tower with split frames and cost_alpha online:
            four training calls, the last against the replicated module (outputs and gradients).
+  qwen3:<wrapper>  the same, the tower held as trainers hold it: fsdp2 (fully_shard before
+           enable), ddp (enabled through the DDP wrapper), compile (torch.compile, eager backend).
 """
 
 import copy
@@ -23,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import frameshard  # noqa: E402
 import split_models  # noqa: E402
 import split_worker  # noqa: E402
+import train_worker  # noqa: E402
 import worker_common  # noqa: E402
 from frameshard import hf  # noqa: E402
 from frameshard.hf import _family as registry  # noqa: E402
@@ -132,42 +135,68 @@ def piece_sample(rank_plan):
     ]
 
 
-def qwen3(rank, world, group):
+def wrapped(base, wrapper):
+    """(what the trainer holds and calls, parameter ids whose gradients the wrapper averages over
+    the group) for `wrapper` (None: the module itself)."""
+    if wrapper is None:
+        return base, set()
+    if wrapper == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        return fully_shard(base), set()  # DTensor gradients: train_worker.summed_grads
+    if wrapper == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(base), {id(p) for p in base.parameters()}
+    if wrapper == "compile":
+        torch._dynamo.reset()
+        return torch.compile(base, backend="eager"), set()
+    raise ValueError(wrapper)
+
+
+def qwen3(rank, world, group, wrapper=None):
     base = split_models.build("qwen3_vl")
     grid, _ = split_worker.split_grid("mixed", world, base)
     pv = split_models.pixels(grid)
     reference = copy.deepcopy(base)
     config = online_config(split_frames=True, split_exchange_cost=0, split_exchange_latency_us=0.0)
-    hf.enable(base, group, config, timeout=60)
+    held, averaged = wrapped(base, wrapper)
+    hf.enable(held, group, config, timeout=60)
     paths = Paths()
     logger = logging.getLogger("frameshard")
     level = logger.level
     logger.addHandler(paths)
     logger.setLevel(logging.DEBUG)
     samples = []  # of the split calls: this rank's sample, and the one its plan implies
+    timed_backward = []
     for _ in range(4):
         base.zero_grad()
-        out = split_models.outputs(base(pv, grid_thw=registry.tower_grid(registry.of_vision(base), torch.tensor(grid))))
+        out = split_models.outputs(held(pv, grid_thw=registry.tower_grid(registry.of_vision(base), torch.tensor(grid))))
         loss = sum((worker_common.rank_weights(o, rank, i) * o).sum() for i, o in enumerate(out))
         loss.backward()
         (online,) = [o for o in frameshard._online._STATES.values() if o.what == "hf.enable(%s)" % type(base).__name__]
+        timed_backward.append(len(online.backward) == 2)  # its hooks saw the backward start and end
         if online.plan["split"]:
             samples.append((list(online.cost.sample(online.plan, rank, 1.0)), piece_sample(online.plan["ranks"][rank])))
-    hf.disable(base)
+    hf.disable(held)
     logger.removeHandler(paths)
     logger.setLevel(level)
     outs = {"out%d" % i: o.detach() for i, o in enumerate(out)}
+    grads = train_worker.summed_grads(base, group, world, averaged)
     ref_outs, ref_grads = split_worker.step(reference, pv, grid, rank, group, False)
     out_diff, out_scale = worker_common.compare(outs, ref_outs)
-    grad_diff, grad_scale = worker_common.compare(worker_common.reduced_grads(base, group), ref_grads)
+    grad_diff, grad_scale = worker_common.compare(grads, ref_grads)
     state = frameshard.online_costs()["hf.enable(%s)" % type(base).__name__]
     return dict(
         state=state.__dict__, path=paths.path, split=paths.split, logged=paths.messages, samples=samples,
+        timed_backward=timed_backward,
         out_diff=out_diff, out_scale=out_scale, grad_diff=grad_diff, grad_scale=grad_scale,
     )  # fmt: skip
 
 
 SCENARIOS = {"learns": learns, "qwen3": qwen3}
+for _wrapper in ("fsdp2", "ddp", "compile"):
+    SCENARIOS["qwen3:" + _wrapper] = lambda r, w, g, _x=_wrapper: qwen3(r, w, g, _x)
 
 if __name__ == "__main__":
     worker_common.main(SCENARIOS)

@@ -6,10 +6,12 @@ The burning tower's time is CPU time it burns on purpose (a per-frame constant F
 the fit is checked against a known truth whatever the machine's load.
 """
 
+import gc
 import os
 import sys
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import frameshard  # noqa: E402
@@ -67,12 +69,16 @@ def test_the_fit_is_written_as_a_calibration_file_the_next_run_starts_from(world
     assert per_rank[0]["reread"].startswith("calibrated "), per_rank[0]["reread"]
 
 
-def test_a_transformers_tower_with_split_frames_learns_and_keeps_parity(world_results):
-    world, per_rank = scenario(world_results, "qwen3")
+@pytest.mark.parametrize("held", ["qwen3", "qwen3:fsdp2", "qwen3:ddp", "qwen3:compile"])
+def test_a_transformers_tower_with_split_frames_learns_and_keeps_parity(world_results, held):
+    # As trainers hold the tower too: its backward must still be timed (an FSDP2 tower computes
+    # with unsharded parameters, a compiled one through its own graph) and the samples shared.
+    world, per_rank = scenario(world_results, held)
     assert per_rank[0]["state"]["calls"] == 3, per_rank[0]["state"]
     assert per_rank[0]["state"]["measured_slowest_seconds"] > 0
+    assert all(all(r["timed_backward"]) for r in per_rank), [r["timed_backward"] for r in per_rank]
     assert all(r["split"] for r in per_rank), [r["logged"] for r in per_rank]
-    assert_parity(world, "qwen3", per_rank, RTOL_HF)
+    assert_parity(world, held, per_rank, RTOL_HF)
 
 
 def test_a_split_calls_samples_count_each_piece_against_its_whole_frame(world_results):
@@ -92,3 +98,22 @@ def test_a_split_calls_samples_count_each_piece_against_its_whole_frame(world_re
 def test_write_online_cost_names_what_it_expected_without_a_caller(tmp_path):
     with pytest.raises(frameshard.FrameshardError, match="expected exactly one cost_alpha='online' caller"):
         frameshard.write_online_cost(tmp_path / "x.txt")
+
+
+def test_a_collected_tower_takes_its_learner_with_it(solo_group):
+    # Learners are kept per caller, by id; CPython reuses the id of a collected object, and a new
+    # tower at that address must start afresh, not from another tower's fit.
+    class Tower:
+        def __call__(self, pv, grid, cu):
+            return pv.reshape(-1, 4, pv.shape[1]).sum(1)  # one token per 2 x 2 patches
+
+    config = frameshard.FrameShardingConfig(enabled=True, min_tokens=0, min_frames=0, cost_alpha="online")
+    pv, grid = torch.randn(16, 8), [[1, 4, 4]]
+    before = len(frameshard.online_costs())
+    tower = Tower()
+    for _ in range(2):
+        frameshard.shard_vision(tower, pv, grid, solo_group, config)
+    assert len(frameshard.online_costs()) == before + 1
+    del tower
+    gc.collect()
+    assert len(frameshard.online_costs()) == before

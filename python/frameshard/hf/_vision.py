@@ -120,7 +120,7 @@ class LocalCall:
         self.module, self.state, self.kwargs = module, state, kwargs
         self.last: Any = None
         self.raised: BaseException | None = None
-        self.frameshard_log = (id(module), "hf.enable(%s)" % type(module).__name__)
+        self.frameshard_log = (module, "hf.enable(%s)" % type(module).__name__)
 
     def record(self, run: Callable[[], Any], tensors: Callable[[Any], Any]) -> Any:
         """`tensors(run())`, keeping run's output as `last` and what either raises as `raised`."""
