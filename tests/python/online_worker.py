@@ -9,7 +9,8 @@ Scenarios:
   qwen3    hf.enable on a transformers Qwen3-VL tower with split frames and cost_alpha online:
            four training calls, the last against the replicated module (outputs and gradients).
   qwen3:<wrapper>  the same, the tower held as trainers hold it: fsdp2 (fully_shard before
-           enable), ddp (enabled through the DDP wrapper), compile (torch.compile, eager backend).
+           enable), ddp (enabled through the DDP wrapper), compile (torch.compile, eager backend),
+           mesh (enabled over a 1-D DeviceMesh).
 """
 
 import copy
@@ -138,7 +139,7 @@ def piece_sample(rank_plan):
 def wrapped(base, wrapper):
     """(what the trainer holds and calls, parameter ids whose gradients the wrapper averages over
     the group) for `wrapper` (None: the module itself)."""
-    if wrapper is None:
+    if wrapper in (None, "mesh"):
         return base, set()
     if wrapper == "fsdp2":
         from torch.distributed.fsdp import fully_shard
@@ -154,6 +155,12 @@ def wrapped(base, wrapper):
     raise ValueError(wrapper)
 
 
+def cp_mesh(world):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (world,), mesh_dim_names=("cp",))
+
+
 def qwen3(rank, world, group, wrapper=None):
     base = split_models.build("qwen3_vl")
     grid, _ = split_worker.split_grid("mixed", world, base)
@@ -161,7 +168,8 @@ def qwen3(rank, world, group, wrapper=None):
     reference = copy.deepcopy(base)
     config = online_config(split_frames=True, split_exchange_cost=0, split_exchange_latency_us=0.0)
     held, averaged = wrapped(base, wrapper)
-    hf.enable(held, group, config, timeout=60)
+    # "mesh": enabled over a 1-D DeviceMesh ("cp") of the same ranks, as trainers pass theirs.
+    hf.enable(held, cp_mesh(world) if wrapper == "mesh" else group, config, timeout=60)
     paths = Paths()
     logger = logging.getLogger("frameshard")
     level = logger.level
@@ -195,7 +203,7 @@ def qwen3(rank, world, group, wrapper=None):
 
 
 SCENARIOS = {"learns": learns, "qwen3": qwen3}
-for _wrapper in ("fsdp2", "ddp", "compile"):
+for _wrapper in ("fsdp2", "ddp", "compile", "mesh"):
     SCENARIOS["qwen3:" + _wrapper] = lambda r, w, g, _x=_wrapper: qwen3(r, w, g, _x)
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def test_the_fit_is_written_as_a_calibration_file_the_next_run_starts_from(world
     assert per_rank[0]["reread"].startswith("calibrated "), per_rank[0]["reread"]
 
 
-@pytest.mark.parametrize("held", ["qwen3", "qwen3:fsdp2", "qwen3:ddp", "qwen3:compile"])
+@pytest.mark.parametrize("held", ["qwen3", "qwen3:fsdp2", "qwen3:ddp", "qwen3:compile", "qwen3:mesh"])
 def test_a_transformers_tower_with_split_frames_learns_and_keeps_parity(world_results, held):
     # As trainers hold the tower too: its backward must still be timed (an FSDP2 tower computes
     # with unsharded parameters, a compiled one through its own graph) and the samples shared.
