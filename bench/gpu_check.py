@@ -216,9 +216,12 @@ def share_steps(a, sz, out, dt):
         Step(
             "split",
             dt,
-            "25 s per dtype: one page of 16,384 patch rows (float32: 4,096) at CP 2/4/8",
-            25,
-            sim + ["--workload", PAGE, "--scale", str(sz["page_scale"] * shrink), "--json", split],
+            "35 s per dtype: one page of 16,384 patch rows (float32: 4,096) at CP 2/4/8, and "
+            "cost_alpha online learned over 6 rounds of its timed shares",
+            35,
+            sim
+            + ["--workload", PAGE, "--scale", str(sz["page_scale"] * shrink), "--online-rounds", "6"]
+            + ["--json", split],
             split,
         ),
     ]

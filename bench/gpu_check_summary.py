@@ -78,7 +78,8 @@ def _calibrate(sec):
 
 
 def _shares(sec):
-    """Per batch and CP: the predicted speed-up of each arm (FLOP model; calibrated optimal)."""
+    """Per batch and CP: the predicted speed-up of each arm (FLOP model; calibrated optimal), and
+    the online arm's curve where the step learned one."""
     lines = []
     for dtype, rec in sec.items():
         d = rec.get("data")
@@ -98,6 +99,12 @@ def _shares(sec):
                         _f(sp.get(("split", "calibrated"))),
                     )
                 )
+                online = [x for x in at["arms"] if x["cost"] == "online"]
+                for x in online:  # scale_sim --online-rounds: learned from these shares' times
+                    lines.append(
+                        "    cp %d online split %s, slowest / ideal by round: %s; %s"
+                        % (at["cp"], _f(x["speedup"]), " ".join("%.2f" % c for c in x["curve_over_ideal"]), x["fit"])
+                    )
     return lines
 
 

@@ -38,7 +38,7 @@
 //          ... --samples 8] [--scale 0] [--max-patches 8192]
 //          [--cp 2 --cp 4 ...] [--bandwidth-gbps 25] [--repeats 1]
 //          [--device cpu|cuda] [--dtype float32|bfloat16]
-//          [--cost-alpha cal.txt] [--json out.json]
+//          [--cost-alpha cal.txt] [--online-rounds 6] [--json out.json]
 //        frameshard_scale_sim --mesh-dp 8 --cp 8 --manifest M.jsonl ...
 //          [--samples-per-replica 2] [--steps 3] [--scale 4]
 #include <frameshard/error.h>
@@ -79,6 +79,7 @@ struct Args {
   double bandwidth_gbps = 25.0;
   int repeats = 1;
   std::string cost_alpha;
+  int online_rounds = 0;
   std::string json;
 };
 
@@ -129,6 +130,7 @@ void run_shares(const Args& a, const models::QwenVisionModel& m) {
   req.bandwidth_gbps = a.bandwidth_gbps;
   req.repeats = a.repeats;
   req.cost_alpha = a.cost_alpha;
+  req.online_rounds = a.online_rounds;
   std::printf(
       "scale simulation: %s width %lld depth %lld, %s on %s, one rank's "
       "share at a time, gather and K/V exchange at %.0f GB/s; speedup = "
@@ -212,6 +214,12 @@ void add_options(CLI::App& app, Args& a, bench::MeshSimArgs& mesh) {
       a.cost_alpha,
       "A calibrate file: per-rank mode, a second set of plans with it; mesh "
       "mode, cost_alpha of both plans");
+  app.add_option(
+         "--online-rounds",
+         a.online_rounds,
+         "Per-rank mode: a split arm under cost_alpha online, learned over N "
+         "rounds of this batch's timed shares")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--json", a.json, "Per-rank mode: write every figure");
   app.add_option(
          "--mesh-dp", mesh.dp, "Mesh mode: DP replicas (scale_sim_mesh.h)")

@@ -4,6 +4,7 @@
 
 #include <frameshard/config.h>
 #include <frameshard/models/cost_bridge.h>
+#include <frameshard/online_cost.h>
 #include <frameshard/partition.h>
 #include <frameshard/plan.h>
 #include <frameshard/runtime/encode.h>
@@ -75,6 +76,128 @@ std::vector<double> rank_times(
   return times;
 }
 
+// What the table adds to the measured rank times: the replicated time, and
+// the K/V exchange and gather modelled from bytes and a bandwidth.
+struct Modelled {
+  double replicated_s = 0.0;
+  int64_t kv_row_bytes = 0;  // K and V of one row, every full-attention layer
+  int64_t row_bytes = 0;     // one gathered output row, every output
+  double bytes_per_s = 0.0;
+};
+
+// One row of the table (printed) and its figures: `t` is every rank's
+// measured share of `plan`.
+nlohmann::json arm_row(
+    const Arm& arm,
+    const ShardPlan& plan,
+    const std::vector<double>& t,
+    const FrameSet& frames,
+    const Modelled& model) {
+  double slowest = 0.0, compute = 0.0, sum = 0.0;
+  int64_t received = 0;
+  for (size_t r = 0; r < t.size(); ++r) {
+    const double exchange =
+        static_cast<double>(plan.ranks[r].exchange_rows * model.kv_row_bytes) /
+        model.bytes_per_s;
+    slowest = std::max(slowest, t[r] + exchange);
+    compute = std::max(compute, t[r]);
+    sum += t[r];
+    if (plan.sharded()) {
+      received =
+          std::max(received, frames.total_tokens - plan.gather_counts[r]);
+    }
+  }
+  const double gather =
+      static_cast<double>(received * model.row_bytes) / model.bytes_per_s;
+  const double speedup = model.replicated_s / (slowest + gather);
+  const double imbalance = compute / (sum / static_cast<double>(t.size()));
+  size_t pieces = 0;
+  for (const RankShard& rs : plan.ranks) {
+    pieces += rs.pieces.size();
+  }
+  std::printf(
+      "%4lld %-10s %-10s %8.2f %7.2f %6.2f %7.2f ",
+      static_cast<long long>(plan.options.world),
+      arm.name.c_str(),
+      arm.cost.c_str(),
+      (slowest + gather) * 1e3,
+      speedup,
+      imbalance,
+      sum / model.replicated_s);
+  for (double s : t) {
+    std::printf(" %.2f", s * 1e3);
+  }
+  std::printf("\n");
+  return {
+      {"arm", arm.name},
+      {"cost", arm.cost},
+      {"rank_s", t},
+      {"slowest_s", compute},
+      {"modelled_transfer_s", slowest + gather - compute},
+      {"speedup", speedup},
+      {"imbalance", imbalance},
+      {"sum_over_replicated", sum / model.replicated_s},
+      {"pieces", pieces}};
+}
+
+// cost_alpha online as a run learns it, on this one batch: plan with the
+// fit in force, time every rank's share (plus its modelled K/V exchange:
+// what a rank's clock would see), record the samples, update; `rounds`
+// times. The row is the last round's plan; "curve" the slowest rank over
+// the ideal (replicated / cp) of every round, warm-up included.
+nlohmann::json online_arm(
+    const Arm& flop_split,
+    const SharesRequest& req,
+    const std::vector<GridThw>& grid,
+    const at::Tensor& pixels,
+    const models::QwenVisionModel& m,
+    const FrameSet& frames,
+    const Modelled& model,
+    std::vector<std::pair<ShardPlan, std::vector<double>>>& timed) {
+  const PlanOptions& base = flop_split.options;
+  OnlineCost online(flop_fit(base.cost, base.split.exchange_fixed_cost));
+  const double ideal = model.replicated_s / static_cast<double>(base.world);
+  std::vector<double> curve;
+  nlohmann::json row;
+  for (int round = 0; round < req.online_rounds; ++round) {
+    const ShardPlan plan =
+        make_plan(grid, plan_options_with(online.in_force(), base));
+    const std::vector<double> t =
+        rank_times(plan, pixels, m, req.repeats, timed);
+    std::vector<WorkloadSample> call;
+    double slowest = 0.0;
+    for (size_t r = 0; r < t.size(); ++r) {
+      const double seconds =
+          t[r] + static_cast<double>(
+                     plan.ranks[r].exchange_rows * model.kv_row_bytes) /
+                     model.bytes_per_s;
+      slowest = std::max(slowest, seconds);
+      call.push_back(
+          rank_workload(plan, static_cast<int64_t>(r), base.cost, seconds));
+    }
+    curve.push_back(slowest / ideal);
+    online.record(call);
+    online.update([&](const WorkloadFit& plan_with, const WorkloadFit& judge) {
+      return predicted_slowest(
+          make_plan(grid, plan_options_with(plan_with, base)),
+          judge,
+          base.cost);
+    });
+    if (round + 1 == req.online_rounds) {
+      row = arm_row({"split", "online", base}, plan, t, frames, model);
+    }
+  }
+  std::printf("     online, slowest / ideal by round:");
+  for (double c : curve) {
+    std::printf(" %.2f", c);
+  }
+  std::printf(
+      "\n     fit in force: %s\n", online.in_force().describe().c_str());
+  row["curve_over_ideal"] = curve;
+  row["fit"] = online.in_force().describe();
+  return row;
+}
+
 }  // namespace
 
 nlohmann::json simulate_shares(
@@ -94,7 +217,6 @@ nlohmann::json simulate_shares(
   const TowerDims dims = models::tower_dims(m.config);
   // K and V of one row per full-attention layer.
   const int64_t kv_row_bytes = 2 * dims.hidden * elem * dims.full_layers();
-  const double bw = req.bandwidth_gbps * 1e9;
   std::printf(
       "\n%s: %lld patch rows, %lld frame units, replicated %.3f ms\n"
       "%4s %-10s %-10s %8s %7s %6s %7s  rank ms\n",
@@ -115,57 +237,26 @@ nlohmann::json simulate_shares(
       {"frame_units", frames.units.size()},
       {"replicated_s", t_rep},
       {"cps", nlohmann::json::array()}};
+  const Modelled model{
+      t_rep, kv_row_bytes, row_bytes, req.bandwidth_gbps * 1e9};
   for (int64_t cp : req.cps) {
     std::vector<std::pair<ShardPlan, std::vector<double>>> timed;
     nlohmann::json at_cp = {{"cp", cp}, {"arms", nlohmann::json::array()}};
-    for (const Arm& arm : arms_at(cp, req, m)) {
+    const std::vector<Arm> arms = arms_at(cp, req, m);
+    for (const Arm& arm : arms) {
       const ShardPlan plan = make_plan(grid, arm.options);
       const std::vector<double> t =
           rank_times(plan, pixels, m, req.repeats, timed);
-      double slowest = 0.0, compute = 0.0, sum = 0.0;
-      int64_t received = 0;
-      for (size_t r = 0; r < t.size(); ++r) {
-        const double exchange =
-            static_cast<double>(plan.ranks[r].exchange_rows * kv_row_bytes) /
-            bw;
-        slowest = std::max(slowest, t[r] + exchange);
-        compute = std::max(compute, t[r]);
-        sum += t[r];
-        if (plan.sharded()) {
-          received =
-              std::max(received, frames.total_tokens - plan.gather_counts[r]);
-        }
-      }
-      const double gather = static_cast<double>(received * row_bytes) / bw;
-      const double speedup = t_rep / (slowest + gather);
-      const double imbalance = compute / (sum / static_cast<double>(t.size()));
-      size_t pieces = 0;
-      for (const RankShard& rs : plan.ranks) {
-        pieces += rs.pieces.size();
-      }
-      std::printf(
-          "%4lld %-10s %-10s %8.2f %7.2f %6.2f %7.2f ",
-          static_cast<long long>(cp),
-          arm.name.c_str(),
-          arm.cost.c_str(),
-          (slowest + gather) * 1e3,
-          speedup,
-          imbalance,
-          sum / t_rep);
-      for (double s : t) {
-        std::printf(" %.2f", s * 1e3);
-      }
-      std::printf("\n");
+      at_cp["arms"].push_back(arm_row(arm, plan, t, frames, model));
+    }
+    if (req.online_rounds > 0) {
+      // The FLOP split arm's options: what cost_alpha online starts from.
+      const Arm& flop_split =
+          *std::find_if(arms.begin(), arms.end(), [](const Arm& a) {
+            return a.name == "split" && a.cost == "flop";
+          });
       at_cp["arms"].push_back(
-          {{"arm", arm.name},
-           {"cost", arm.cost},
-           {"rank_s", t},
-           {"slowest_s", compute},
-           {"modelled_transfer_s", slowest + gather - compute},
-           {"speedup", speedup},
-           {"imbalance", imbalance},
-           {"sum_over_replicated", sum / t_rep},
-           {"pieces", pieces}});
+          online_arm(flop_split, req, grid, pixels, m, frames, model, timed));
     }
     std::fflush(stdout);
     out["cps"].push_back(at_cp);

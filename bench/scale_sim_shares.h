@@ -6,6 +6,9 @@
 // tower's device (tools/tower_timing.h), and the predicted vision speed-up
 // replicated / (slowest rank + its modelled K/V exchange + gather).
 // Plans that assign the same frames as one already timed reuse its times.
+// With online_rounds, one more row: split frames under cost_alpha online,
+// learned from the shares' own times over that many rounds (its curve and
+// fit in the JSON).
 //
 // Why alone: on one GPU (or one core) the ranks' shares cannot run side by
 // side without sharing it, and the bottleneck of the shares timed alone is
@@ -35,6 +38,7 @@ struct SharesRequest {
   double bandwidth_gbps = 25.0;  // gather and K/V exchange, per rank
   int repeats = 1;               // timed runs per share (median)
   std::string cost_alpha;        // a calibrate file: a second set of plans
+  int online_rounds = 0;         // > 0: cost_alpha online, learned this often
 };
 
 /// Times the replicated batch and every rank of every plan, prints one

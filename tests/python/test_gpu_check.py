@@ -82,16 +82,22 @@ def test_dry_run_times_towers_calibrates_and_times_every_arm(dry_run):
         shares = result["rank_shares"][dtype]["data"]
         assert shares["dtype"] == dtype and shares["calibration"].endswith("calibration_%s.txt" % dtype)
         assert len(shares["batches"]) == 7  # four presets, three manifests
-        for batch in shares["batches"] + result["split"][dtype]["data"]["batches"]:
+        split = result["split"][dtype]["data"]["batches"]
+        for batch in shares["batches"] + split:
             assert [c["cp"] for c in batch["cps"]] == [2, 4]
             for at in batch["cps"]:
                 arms = {(a["arm"], a["cost"]) for a in at["arms"]}
-                assert arms == {
+                # The split step learns cost_alpha online from its own shares' times too.
+                online = {("split", "online")} if batch in split else set()
+                assert arms == online | {
                     (arm, cost)
                     for arm in ("optimal", "greedy", "count", "lpt", "split")
                     for cost in ("flop", "calibrated")
                 }
                 assert all(len(a["rank_s"]) == at["cp"] and a["speedup"] > 0 for a in at["arms"])
+                for a in at["arms"]:
+                    if a["cost"] == "online":
+                        assert len(a["curve_over_ideal"]) == 6 and a["fit"].startswith("online"), a
 
 
 def test_a_failing_step_and_a_spent_deadline_are_recorded_and_the_rest_still_run(tmp_path):
