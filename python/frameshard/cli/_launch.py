@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from .._C import FrameshardError
-from .._shutdown import shut_down
+from .._shutdown import ended, exit_now, shut_down
 
 FS = "distributed.multimodal.vision.frame_sharding"
 
@@ -117,6 +117,12 @@ def _spawned(rank: int, world: int, tmp: str, recipe: dict, sharded: bool, progr
     if got is not None:
         with open(os.path.join(tmp, "ranks.json"), "w") as f:
             json.dump(got[0], f)
+    if ended():
+        # As a torchrun-launched rank ends (frameshard/__main__.py): the spawn child would
+        # otherwise exit through sys.exit and finalize the interpreter, where torch's Gloo teardown
+        # has aborted a rank under load (exit -6, "terminate called without an active exception";
+        # CI, stop 56, the replicated arm of test_hf_ab four times in a row).
+        exit_now(0)
 
 
 def spawn_arm(recipe: dict, sharded: bool, progress: bool = True) -> list[dict]:
