@@ -141,6 +141,7 @@ def _trainable_parameters(tower: object) -> list[torch.Tensor]:
 _STATES: dict[tuple, Online] = {}
 # Per caller key: what else remembers the caller (shard_vision's last path), dropped with it.
 FORGET: list[Callable[[int], None]] = []
+_OWNED: set[int] = set()  # the keys whose owner has a finalizer
 
 
 def caller_key(owner: object) -> int:
@@ -155,9 +156,6 @@ def caller_key(owner: object) -> int:
             return key
         _OWNED.add(key)
     return key
-
-
-_OWNED: set[int] = set()
 
 
 def _forget(key: int) -> None:

@@ -18,6 +18,21 @@
 
 namespace frameshard {
 namespace python {
+namespace {
+
+// A plan dict's list of (a, b, c) triples as T{a, b, c}: its grid rows and
+// its pieces (frame, begin, end).
+template <typename T>
+std::vector<T> triples(const pybind11::handle& list) {
+  std::vector<T> out;
+  for (const auto& x : list.cast<pybind11::list>()) {
+    const auto t = x.cast<std::tuple<int64_t, int64_t, int64_t>>();
+    out.push_back(T{std::get<0>(t), std::get<1>(t), std::get<2>(t)});
+  }
+  return out;
+}
+
+}  // namespace
 
 OnlineRun::OnlineRun(PlanOptions base, OnlineCostOptions options)
     : base_(std::move(base)),
@@ -29,21 +44,10 @@ PlanOptions OnlineRun::plan_options(PlanOptions base) const {
 
 WorkloadSample OnlineRun::rank_sample(
     const pybind11::dict& rank, bool split) const {
-  std::vector<GridThw> grid;
-  for (const auto& g : rank["grid"].cast<pybind11::list>()) {
-    const auto t = g.cast<std::tuple<int64_t, int64_t, int64_t>>();
-    grid.push_back(GridThw{std::get<0>(t), std::get<1>(t), std::get<2>(t)});
-  }
-  std::vector<FramePiece> pieces;
-  for (const auto& p : rank["pieces"].cast<pybind11::list>()) {
-    const auto t = p.cast<std::tuple<int64_t, int64_t, int64_t>>();
-    pieces.push_back(
-        FramePiece{std::get<0>(t), std::get<1>(t), std::get<2>(t)});
-  }
   return call_workload(
       rank["cu_seqlens"].cast<std::vector<int64_t>>(),
-      grid,
-      pieces,
+      triples<GridThw>(rank["grid"]),
+      triples<FramePiece>(rank["pieces"]),
       base_.cost,
       split,
       0.0);
