@@ -176,6 +176,45 @@ bool exchange_consensus(
       });
 }
 
+// The parts of `rows` (the local rows, or the received ones) that the
+// pieces' whole frames take, by their first row: one split_with_sizes, not
+// a narrow per part. A narrow's backward zero-fills a tensor of all the
+// rows and adds it to the gradient, once per part and layer; the split's is
+// one cat (zeros only for the rows no piece takes).
+std::map<int64_t, at::Tensor> segments_of(
+    const PieceRoute& route, const at::Tensor& rows, bool received) {
+  std::map<int64_t, int64_t> parts;  // offset -> rows
+  for (const auto& frame : route.parts) {
+    for (const PieceRoute::Part& p : frame) {
+      if ((p.source >= 0) == received) {
+        parts.emplace(p.offset, p.rows);
+      }
+    }
+  }
+  std::vector<int64_t> sizes;
+  int64_t at = 0;
+  for (const auto& [offset, n] : parts) {
+    if (offset > at) {
+      sizes.push_back(offset - at);  // rows no piece takes
+    }
+    sizes.push_back(n);
+    at = offset + n;
+  }
+  if (rows.size(0) > at) {
+    sizes.push_back(rows.size(0) - at);
+  }
+  const std::vector<at::Tensor> split = rows.split_with_sizes(sizes, 0);
+  std::map<int64_t, at::Tensor> out;
+  int64_t first = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (parts.count(first) != 0 && parts.at(first) == sizes[i]) {
+      out.emplace(first, split[i]);
+    }
+    first += sizes[i];
+  }
+  return out;
+}
+
 // The payload of one exchange: each piece's rows to the other holders of
 // its frame; then every local piece's whole frame, parts in rank order.
 std::vector<at::Tensor> move_pieces(
@@ -195,11 +234,12 @@ std::vector<at::Tensor> move_pieces(
   const at::Tensor recv =
       all_to_all_rows(send, route.send_counts, route.recv_counts, group, gopts);
   std::vector<at::Tensor> out{TieFunction::apply(rows, recv)};
+  const auto local = segments_of(route, out[0], /*received=*/false);
+  const auto received = segments_of(route, recv, /*received=*/true);
   for (const auto& parts : route.parts) {
     std::vector<at::Tensor> pieces;
     for (const PieceRoute::Part& p : parts) {
-      pieces.push_back(
-          (p.source < 0 ? out[0] : recv).narrow(0, p.offset, p.rows));
+      pieces.push_back((p.source < 0 ? local : received).at(p.offset));
     }
     out.push_back(at::cat(pieces, 0));
   }
