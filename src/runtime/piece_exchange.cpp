@@ -45,29 +45,24 @@ std::map<int64_t, std::vector<Holder>> holders_of(const ShardPlan& plan) {
   return out;
 }
 
-// Forward: x as it is. Backward: x's gradient, and zeros for `anchor`, so
-// that the collective that made `anchor` runs its backward on every rank,
-// also on one where nothing else uses its output.
+// Forward: x as it is. Backward: x's gradient, and an undefined one for
+// `anchor`: the engine still runs the node that made `anchor` (the
+// all-to-all, whose backward is collective) on every rank, also on one where
+// nothing else uses its output, and materializes zeros for it there. Zeros
+// made here would be allocated and added to the received rows' gradient on
+// every rank with pieces, once per layer.
 struct TieFunction : public torch::autograd::Function<TieFunction> {
   static at::Tensor forward(
-      torch::autograd::AutogradContext* ctx,
+      torch::autograd::AutogradContext* /*ctx*/,
       const at::Tensor& x,
-      const at::Tensor& anchor) {
-    ctx->saved_data["anchor"] = anchor.sizes().vec();
-    ctx->saved_data["dtype"] = c10::IValue(anchor.scalar_type());
-    ctx->saved_data["device"] = c10::IValue(anchor.device());
+      const at::Tensor& /*anchor*/) {
     return x;
   }
 
   static torch::autograd::variable_list backward(
-      torch::autograd::AutogradContext* ctx,
+      torch::autograd::AutogradContext* /*ctx*/,
       torch::autograd::variable_list grads) {
-    const auto sizes = ctx->saved_data["anchor"].toIntVector();
-    const auto dtype = ctx->saved_data["dtype"].toScalarType();
-    const auto device = ctx->saved_data["device"].toDevice();
-    return {
-        grads[0],
-        at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device))};
+    return {grads[0], at::Tensor()};
   }
 };
 
