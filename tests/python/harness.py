@@ -24,6 +24,10 @@ WORLD_TIMEOUT_S = 600
 # in a float64 model, so a float64 rounding difference can flip a float32 rounding: 1e-5.
 RTOL_TORCH = 1e-9
 RTOL_HF = 1e-5
+# bfloat16 / float16 steps have no fixed bound: both runs are measured against a float64 step of
+# the same rounded weights and inputs, and the sharded run's error may be this many times the
+# replicated run's (measured at most 1.0 over every family, dtype and world; test_wrappers.py).
+LOWP_ERR_FACTOR = 1.5
 
 
 def run_world(worker, world, args=()):
@@ -92,6 +96,23 @@ def scenario(world_results, name):
     for rank, res in enumerate(per_rank):
         assert res["ok"], "world %d rank %d %s: %s\n%s" % (world, rank, name, res.get("error"), res.get("trace"))
     return world, per_rank
+
+
+def assert_no_less_accurate(name, world, rank, res):
+    """A low-precision step of `res` (its out / grad errors against float64, the replicated run's
+    ref_* ones, and *_diff: sharded - replicated): the sharded error at most LOWP_ERR_FACTOR times
+    the replicated one, the difference at most (1 + LOWP_ERR_FACTOR) times it (the triangle
+    inequality)."""
+    for what in ("out", "grad"):
+        ref_err, err, diff = res["ref_%s_err" % what], res["%s_err" % what], res["%s_diff" % what]
+        assert ref_err > 0 or (err == 0 and diff == 0), (name, what, res)
+        assert err <= LOWP_ERR_FACTOR * ref_err, (name, world, rank, what, err, ref_err)
+        assert diff <= (1 + LOWP_ERR_FACTOR) * ref_err, (name, world, rank, what, diff, ref_err)
+    errors = (res["out_err"], res["ref_out_err"], res["grad_err"], res["ref_grad_err"], res["grad_scale"])
+    print(
+        "low precision %-26s world %d rank %d: error vs float64 sharded/replicated outputs %.3g/%.3g "
+        "grads %.3g/%.3g (grad scale %.3g)" % ((name, world, rank) + errors)
+    )
 
 
 def assert_parity(world, name, per_rank, rtol, path="sharded"):

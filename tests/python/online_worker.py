@@ -10,7 +10,8 @@ Scenarios:
            four training calls, the last against the replicated module (outputs and gradients).
   qwen3:<wrapper>  the same, the tower held as trainers hold it: fsdp2 (fully_shard before
            enable), ddp (enabled through the DDP wrapper), compile (torch.compile, eager backend),
-           mesh (enabled over a 1-D DeviceMesh).
+           mesh (enabled over a 1-D DeviceMesh); bf16: the module and pixels in bfloat16, its
+           outputs and gradients measured against a float64 step, as the replicated bf16 run's.
 """
 
 import copy
@@ -162,12 +163,14 @@ def cp_mesh(world):
 
 
 def qwen3(rank, world, group, wrapper=None):
+    lowp = wrapper == "bf16"
     base = split_models.build("qwen3_vl")
+    base = base.to(torch.bfloat16) if lowp else base
     grid, _ = split_worker.split_grid("mixed", world, base)
-    pv = split_models.pixels(grid)
+    pv = split_models.pixels(grid, dtype=next(base.parameters()).dtype)
     reference = copy.deepcopy(base)
     config = online_config(split_frames=True, split_exchange_cost=0, split_exchange_latency_us=0.0)
-    held, averaged = wrapped(base, wrapper)
+    held, averaged = wrapped(base, None if lowp else wrapper)
     # "mesh": enabled over a 1-D DeviceMesh ("cp") of the same ranks, as trainers pass theirs.
     hf.enable(held, cp_mesh(world) if wrapper == "mesh" else group, config, timeout=60)
     paths = Paths()
@@ -191,19 +194,30 @@ def qwen3(rank, world, group, wrapper=None):
     logger.setLevel(level)
     outs = {"out%d" % i: o.detach() for i, o in enumerate(out)}
     grads = train_worker.summed_grads(base, group, world, averaged)
+    errors = {}
+    if lowp:  # each run's error against a float64 step of the same rounded weights and pixels
+        exact_outs, exact_grads = split_worker.step(
+            copy.deepcopy(reference).double(), pv.double(), grid, rank, group, False
+        )
+        errors = dict(
+            out_err=worker_common.compare(outs, exact_outs)[0], grad_err=worker_common.compare(grads, exact_grads)[0]
+        )
     ref_outs, ref_grads = split_worker.step(reference, pv, grid, rank, group, False)
     out_diff, out_scale = worker_common.compare(outs, ref_outs)
     grad_diff, grad_scale = worker_common.compare(grads, ref_grads)
+    if lowp:
+        errors.update(ref_out_err=worker_common.compare(ref_outs, exact_outs)[0])
+        errors.update(ref_grad_err=worker_common.compare(ref_grads, exact_grads)[0])
     state = frameshard.online_costs()["hf.enable(%s)" % type(base).__name__]
     return dict(
         state=state.__dict__, path=paths.path, split=paths.split, logged=paths.messages, samples=samples,
-        timed_backward=timed_backward,
-        out_diff=out_diff, out_scale=out_scale, grad_diff=grad_diff, grad_scale=grad_scale,
+        timed_backward=timed_backward, dtype=str(pv.dtype),
+        out_diff=out_diff, out_scale=out_scale, grad_diff=grad_diff, grad_scale=grad_scale, **errors,
     )  # fmt: skip
 
 
 SCENARIOS = {"learns": learns, "qwen3": qwen3}
-for _wrapper in ("fsdp2", "ddp", "compile", "mesh"):
+for _wrapper in ("fsdp2", "ddp", "compile", "mesh", "bf16"):
     SCENARIOS["qwen3:" + _wrapper] = lambda r, w, g, _x=_wrapper: qwen3(r, w, g, _x)
 
 if __name__ == "__main__":

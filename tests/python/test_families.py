@@ -57,7 +57,7 @@ from frameshard.hf import _family
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import family_models as fm  # noqa: E402
-from harness import RTOL_HF, assert_parity, run_selected, scenario_or_skip  # noqa: E402
+from harness import RTOL_HF, assert_no_less_accurate, assert_parity, run_selected, scenario_or_skip  # noqa: E402
 
 # ------------------------------------------------------------- single process
 
@@ -80,11 +80,6 @@ def test_unsupported_model_error_names_the_families(solo_group):
 
 
 # ------------------------------------------------------------- multi process
-
-
-# bfloat16 steps: test_wrappers.py's rule (its LOWP_ERR_FACTOR): the sharded run's error against
-# the float64 step at most this many times the replicated run's.
-LOWP_ERR_FACTOR = 1.5
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda w: "world%d" % w)
@@ -224,13 +219,4 @@ def test_training_parity(world_results, training, family):
         assert_parity(world, name, per_rank, RTOL_HF)
         return
     for rank, res in enumerate(per_rank):
-        for what in ("out", "grad"):
-            ref_err, err, diff = res["ref_%s_err" % what], res["%s_err" % what], res["%s_diff" % what]
-            assert ref_err > 0 or (err == 0 and diff == 0), (name, what, res)
-            assert err <= LOWP_ERR_FACTOR * ref_err, (name, world, rank, what, err, ref_err)
-            assert diff <= (1 + LOWP_ERR_FACTOR) * ref_err, (name, world, rank, what, diff, ref_err)
-        errors = (res["out_err"], res["ref_out_err"], res["grad_err"], res["ref_grad_err"], res["grad_scale"])
-        print(
-            "low precision %-20s world %d rank %d: error vs float64 sharded/replicated outputs %.3g/%.3g "
-            "grads %.3g/%.3g (grad scale %.3g)" % ((name, world, rank) + errors)
-        )
+        assert_no_less_accurate(name, world, rank, res)
