@@ -29,6 +29,11 @@
 //     does at the FLOP model's best seconds-per-unit;
 //   - in place of the FLOP model as soon as it explains the times better
 //     (the FLOP model's seconds are a guess: kAssumedTowerFlops);
+//   - with the start's split costs (the configured latency and per-row
+//     exchange cost, in seconds) while its window holds no split call: a
+//     fit of whole-frame calls cannot see the exchange, and zeros would
+//     make every cut look free; the first fit that measured split calls
+//     replaces such a fit as soon as it explains the window better;
 //   - in place of an earlier fit only when it pays: its plan of the latest
 //     batch predicts a slowest rank at least `switch_margin` faster than
 //     the plan in force, both judged by the new fit (the best estimate of
@@ -134,11 +139,14 @@ struct OnlineCostOptions {
 
 /// A fitted model in seconds, or the FLOP model it starts from.
 struct WorkloadFit {
-  CostModel model;                  // a, b, c per unit (seconds when fitted)
-  double per_call = 0.0;            // seconds per tower call
-  double exchange_fixed = 0.0;      // seconds a split call adds (cost units)
-  double exchange_row = 0.0;        // seconds per K/V row received (fitted)
-  bool fitted = false;              // false: the FLOP model (flop_fit)
+  CostModel model;              // a, b, c per unit (seconds when fitted)
+  double per_call = 0.0;        // seconds per tower call
+  double exchange_fixed = 0.0;  // seconds a split call adds (cost units)
+  double exchange_row = 0.0;    // seconds per K/V row received (fitted)
+  bool fitted = false;          // false: the FLOP model (flop_fit)
+  /// A fitted sample had a split call: exchange_fixed and exchange_row are
+  /// measured; else they are the start's (OnlineCost).
+  bool split_measured = false;
   double rms_relative_error = 0.0;  // on the samples it was fitted to
   /// The FLOP model on the same samples, at its best seconds per unit.
   double flop_rms_relative_error = 0.0;
@@ -155,8 +163,11 @@ struct WorkloadFit {
 };
 
 /// The FLOP model as the starting point: `flops` (its seconds_per_unit, 0
-/// taken as kAssumedTowerFlops' unit) and the split latency in its units.
-WorkloadFit flop_fit(const CostModel& flops, double exchange_fixed);
+/// taken as kAssumedTowerFlops' unit), the split latency and the per-row
+/// exchange cost in its units (PlanOptions::split's exchange_fixed_cost and
+/// exchange_row_cost): a fit without split calls plans cuts with them.
+WorkloadFit flop_fit(
+    const CostModel& flops, double exchange_fixed, double exchange_row = 0.0);
 
 /// Fits the model of the banner to `samples` (at least one; every seconds
 /// finite and > 0, every feature finite and >= 0), rejecting outliers.
@@ -217,6 +228,7 @@ class OnlineCost {
 
  private:
   OnlineCostOptions options_;
+  WorkloadFit start_;  // the FLOP model and its split costs
   WorkloadFit in_force_;
   WorkloadFit candidate_;
   std::deque<WorkloadSample> window_;

@@ -280,13 +280,16 @@ std::string WorkloadFit::describe() const {
          " kv_row=" + number(exchange_row) + " s (rms " +
          percent(rms_relative_error) + ", FLOPs " +
          percent(flop_rms_relative_error) + ", " + std::to_string(used) +
-         " samples, " + std::to_string(rejected) + " rejected)";
+         " samples, " + std::to_string(rejected) + " rejected" +
+         (split_measured ? "" : "; no split call measured") + ")";
 }
 
-WorkloadFit flop_fit(const CostModel& flops, double exchange_fixed) {
+WorkloadFit flop_fit(
+    const CostModel& flops, double exchange_fixed, double exchange_row) {
   WorkloadFit fit;
   fit.model = flops;
   fit.exchange_fixed = exchange_fixed;
+  fit.exchange_row = exchange_row;
   fit.flop_seconds_per_unit = flops.seconds_per_unit;
   return fit;
 }
@@ -321,6 +324,10 @@ WorkloadFit fit_workloads(
   }
   fit.rejected = static_cast<int64_t>(samples.size() - kept.size());
   const std::vector<WorkloadSample>& judged = kept.empty() ? samples : kept;
+  fit.split_measured =
+      std::any_of(judged.begin(), judged.end(), [](const WorkloadSample& s) {
+        return s.split_calls > 0.0;
+      });
   const WorkloadFit flops = scaled_flops(judged);
   fit.flop_seconds_per_unit = flops.flop_seconds_per_unit;
   fit.flop_rms_relative_error = rms_error(judged, flops);
@@ -330,7 +337,10 @@ WorkloadFit fit_workloads(
 }
 
 OnlineCost::OnlineCost(WorkloadFit start, OnlineCostOptions options)
-    : options_(options), in_force_(std::move(start)), candidate_(in_force_) {
+    : options_(options),
+      start_(std::move(start)),
+      in_force_(start_),
+      candidate_(in_force_) {
   FRAMESHARD_CHECK(
       options_.window >= 1,
       "OnlineCost",
@@ -389,6 +399,16 @@ bool OnlineCost::update(const Slowest& slowest) {
   }
   const std::vector<WorkloadSample> window(window_.begin(), window_.end());
   candidate_ = fit_workloads(window, options_);
+  if (!candidate_.split_measured) {
+    // The configured split costs, in seconds: the latency at the FLOP
+    // model's own rate (it was configured in seconds), the per-row cost
+    // (FLOP units of work) at the rate this window measured.
+    candidate_.exchange_fixed =
+        start_.exchange_fixed * start_.flop_seconds_per_unit;
+    candidate_.exchange_row =
+        start_.exchange_row * candidate_.flop_seconds_per_unit;
+    candidate_.model.label = candidate_.describe();
+  }
   const double fit_error = candidate_.rms_relative_error;
   if (fit_error >= candidate_.flop_rms_relative_error) {
     why_ = "kept " + std::string(in_force_.fitted ? "the fit" : "FLOPs") +
@@ -405,6 +425,11 @@ bool OnlineCost::update(const Slowest& slowest) {
       take = true;
       reason = "the fit in force mispredicts the window (rms " +
                percent(stale) + ")";
+    } else if (
+        !in_force_.split_measured && candidate_.split_measured &&
+        fit_error < stale) {
+      take = true;
+      reason = "it measured the split calls the fit in force had not seen";
     }
   }
   if (!take) {

@@ -366,6 +366,42 @@ TEST(OnlineCost, AFitPlansWithItsMeasuredRowExchangeCostAndFlopsWithTheirs) {
       1000.0);
 }
 
+TEST(OnlineCost, AFitOfWholeFrameCallsCutsWithTheConfiguredSplitCosts) {
+  // Whole-frame calls say nothing about the exchange: the fit keeps the
+  // configured split costs (latency and per-row cost in FLOP units, now in
+  // seconds) instead of zeros that would make every cut free, until a fit
+  // that measured split calls explains the window better.
+  const double latency = 5e5;  // FLOP units, as PlanOptions::split holds it
+  const double row = 1000.0;
+  OnlineCost online(flop_fit(flops(), latency, row));
+  const Truth truth;
+  run_calls(online, tied_batch(), 4, truth, 0.0, 3, 1);
+  const WorkloadFit& whole = online.in_force();
+  ASSERT_TRUE(whole.fitted) << online.why();
+  EXPECT_FALSE(whole.split_measured);
+  EXPECT_DOUBLE_EQ(whole.exchange_fixed, latency * flops().seconds_per_unit);
+  EXPECT_DOUBLE_EQ(whole.exchange_row, row * whole.flop_seconds_per_unit);
+  EXPECT_GT(whole.exchange_row, 0.0);
+  expect_contains(whole.describe(), "no split call measured");
+  EXPECT_EQ(
+      plan_options_with(whole, PlanOptions{}).split.exchange_row_cost,
+      whole.exchange_row);
+
+  std::vector<WorkloadSample> call;
+  SplitMix64 rng(3);
+  for (int r = 0; r < 4; ++r) {
+    WorkloadSample s = sample_of(random_units(rng), true);
+    s.exchange_rows = 64.0 * (r + 1);
+    s.seconds = truth.seconds(s);
+    call.push_back(s);
+  }
+  online.record(call);
+  EXPECT_TRUE(online.update(slowest_of(tied_batch(), 4))) << online.why();
+  expect_contains(online.why(), "measured the split calls");
+  EXPECT_TRUE(online.in_force().split_measured);
+  EXPECT_NEAR(online.in_force().exchange_row / truth.kv_row, 1.0, 1e-6);
+}
+
 TEST(RankWorkload, CountsAPieceAsTheSplitPlannerCostsIt) {
   // One 4096-row frame and a 256-row one at CP 2: the large frame is cut,
   // each piece's queries attend to all 4096 rows and its holder receives
