@@ -155,7 +155,7 @@ nlohmann::json online_arm(
     const Modelled& model,
     std::vector<std::pair<ShardPlan, std::vector<double>>>& timed) {
   const PlanOptions& base = flop_split.options;
-  OnlineCost online(flop_fit(base.cost, base.split.exchange_fixed_cost));
+  OnlineCost online(flop_fit(base));
   const double ideal = model.replicated_s / static_cast<double>(base.world);
   std::vector<double> curve;
   nlohmann::json row;

@@ -45,7 +45,7 @@
 //     moves a fit a little; the plan moves only when that pays more.
 //
 // Usage (every rank, the same calls in the same order):
-//   frameshard::OnlineCost online(frameshard::flop_fit(flops, latency));
+//   frameshard::OnlineCost online(frameshard::flop_fit(flop_plan_options));
 //   for each step:
 //     plan with online.in_force().model; run; time the tower;
 //     online.record(every_ranks_sample);   // one call's, in rank order
@@ -168,6 +168,9 @@ struct WorkloadFit {
 /// exchange_row_cost): a fit without split calls plans cuts with them.
 WorkloadFit flop_fit(
     const CostModel& flops, double exchange_fixed, double exchange_row = 0.0);
+/// The same from the options a FLOP plan is made with: their cost model and
+/// split costs (what every caller of cost_alpha online starts from).
+WorkloadFit flop_fit(const PlanOptions& flop_plan);
 
 /// Fits the model of the banner to `samples` (at least one; every seconds
 /// finite and > 0, every feature finite and >= 0), rejecting outliers.

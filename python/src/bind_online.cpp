@@ -35,13 +35,7 @@ std::vector<T> triples(const pybind11::handle& list) {
 }  // namespace
 
 OnlineRun::OnlineRun(PlanOptions base, OnlineCostOptions options)
-    : base_(std::move(base)),
-      online_(
-          flop_fit(
-              base_.cost,
-              base_.split.exchange_fixed_cost,
-              base_.split.exchange_row_cost),
-          options) {}
+    : base_(std::move(base)), online_(flop_fit(base_), options) {}
 
 PlanOptions OnlineRun::plan_options(PlanOptions base) const {
   return plan_options_with(online_.in_force(), std::move(base));

@@ -294,6 +294,13 @@ WorkloadFit flop_fit(
   return fit;
 }
 
+WorkloadFit flop_fit(const PlanOptions& flop_plan) {
+  return flop_fit(
+      flop_plan.cost,
+      flop_plan.split.exchange_fixed_cost,
+      flop_plan.split.exchange_row_cost);
+}
+
 WorkloadFit fit_workloads(
     const std::vector<WorkloadSample>& samples,
     const OnlineCostOptions& options) {

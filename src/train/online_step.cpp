@@ -27,11 +27,7 @@ WorkloadSample tower_sample(
 }
 
 OnlineStep::OnlineStep(const PlanOptions& flop_plan)
-    : flops_(flop_plan.cost),
-      online_(flop_fit(
-          flop_plan.cost,
-          flop_plan.split.exchange_fixed_cost,
-          flop_plan.split.exchange_row_cost)) {}
+    : flops_(flop_plan.cost), online_(flop_fit(flop_plan)) {}
 
 PlanOptions OnlineStep::plan_options(const PlanOptions& base) const {
   return plan_options_with(online_.in_force(), base);

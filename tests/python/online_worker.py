@@ -195,7 +195,9 @@ def qwen3(rank, world, group, wrapper=None):
     outs = {"out%d" % i: o.detach() for i, o in enumerate(out)}
     grads = train_worker.summed_grads(base, group, world, averaged)
     errors = {}
-    if lowp:  # each run's error against a float64 step of the same rounded weights and pixels
+    # Each run's error against a float64 step of the same rounded weights and pixels, copied
+    # before the replicated step gives `reference` gradients that the copy would carry.
+    if lowp:
         exact_outs, exact_grads = split_worker.step(
             copy.deepcopy(reference).double(), pv.double(), grid, rank, group, False
         )
