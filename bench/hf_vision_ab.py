@@ -29,7 +29,10 @@ repeated so that drift hits them alike:
 
 Per arm and repeat the slowest rank's process CPU seconds (ranks share the machine's cores:
 CPU time is the work a rank does) and wall seconds; the median over repeats; ratios to
-replicated and to frameshard; the ideal (replicated / cp). Noise: the spread (max/min) of each
+replicated and to frameshard; the ideal (replicated / cp). Apart, for each sharded arm: the
+slowest rank over the mean rank (the plan's balance, what its cost model decides) and the mean
+rank over the ideal (the work every rank does that no plan removes: the tower's per-call constant,
+the collectives, the split's exchanges). Noise: the spread (max/min) of each
 arm's repeats is printed next to it.
 
     .venv/bin/python bench/hf_vision_ab.py --family qwen3_vl --width 256 --depth 4 \\
@@ -251,10 +254,16 @@ def summarize(args, per_rank):
             reps = len(first["times"][arm])
             slow_cpu = [max(r[preset]["times"][arm][i][0] for r in per_rank) for i in range(reps)]
             slow_wall = [max(r[preset]["times"][arm][i][1] for r in per_rank) for i in range(reps)]
+            # Per repeat: the slowest rank over the mean rank, the plan's balance (what a cost
+            # model decides), apart from the work every rank does (what no plan removes).
+            cpu = [[r[preset]["times"][arm][i][0] for r in per_rank] for i in range(reps)]
+            mean_cpu = [sum(c) / len(c) for c in cpu]
             arms[arm] = {
                 "slowest_rank_cpu_s": statistics.median(slow_cpu),
                 "slowest_rank_wall_s": statistics.median(slow_wall),
                 "cpu_spread": max(slow_cpu) / min(slow_cpu),
+                "mean_rank_cpu_s": statistics.median(mean_cpu),
+                "slowest_over_mean": statistics.median(max(c) / m for c, m in zip(cpu, mean_cpu, strict=True)),
                 "per_rank_cpu_s": [statistics.median(t[0] for t in r[preset]["times"][arm]) for r in per_rank],
                 "plan": first["plans"].get(arm),
                 "curve_cpu_s": [
@@ -267,6 +276,7 @@ def summarize(args, per_rank):
             a["vs_replicated"] = a["slowest_rank_cpu_s"] / rep if rep else None
             a["vs_frameshard"] = a["slowest_rank_cpu_s"] / fs if fs else None
             a["vs_ideal"] = a["slowest_rank_cpu_s"] / (rep / args.cp) if rep else None
+            a["mean_vs_ideal"] = a["mean_rank_cpu_s"] / (rep / args.cp) if rep else None
             a["curve_vs_ideal"] = [c / (rep / args.cp) for c in a["curve_cpu_s"]] if rep else None
         report["presets"][preset] = {
             "patch_rows": first["patch_rows"],
@@ -313,6 +323,11 @@ def print_report(report):
                     "%.3f" % a["vs_ideal"] if a["vs_ideal"] else "-",
                 )
             )
+            if arm != "replicated":
+                print(
+                    "      balance: slowest / mean rank %.3f; mean rank / ideal %s"
+                    % (a["slowest_over_mean"], "%.3f" % a["mean_vs_ideal"] if a["mean_vs_ideal"] else "-")
+                )
             if arm.endswith("online") and a["curve_vs_ideal"]:
                 print("      calls /ideal: %s" % " ".join("%.2f" % c for c in a["curve_vs_ideal"]))
                 print("      fit: %s" % (a["plan"] or {}).get("cost_model"))
