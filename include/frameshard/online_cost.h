@@ -162,10 +162,11 @@ struct WorkloadFit {
   std::string describe() const;
 };
 
-/// The FLOP model as the starting point: `flops` (its seconds_per_unit, 0
-/// taken as kAssumedTowerFlops' unit), the split latency and the per-row
-/// exchange cost in its units (PlanOptions::split's exchange_fixed_cost and
-/// exchange_row_cost): a fit without split calls plans cuts with them.
+/// The FLOP model as the starting point: `flops` (its seconds_per_unit,
+/// > 0: the config gives a bare alpha its tower's FLOP units), the split
+/// latency and the per-row exchange cost in its units (PlanOptions::split's
+/// exchange_fixed_cost and exchange_row_cost): a fit without split calls
+/// plans cuts with them.
 WorkloadFit flop_fit(
     const CostModel& flops, double exchange_fixed, double exchange_row = 0.0);
 /// The same from the options a FLOP plan is made with: their cost model and
